@@ -1,0 +1,223 @@
+"""Bringing the index in line with the sessions directory: all of it, some files, or just the listing."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from indexer import store
+from indexer.db import get_meta, set_meta, write_transaction
+from indexer.files import (
+    DEFAULT_MAX_SESSION_BYTES,
+    NotASession,
+    Signature,
+    TooLarge,
+    dir_signature,
+    is_racy,
+    list_sessions,
+    lstat_session,
+    read_session_file,
+)
+from indexer.sessionfile import ParsedSession, Unreadable, parse_session
+
+log = logging.getLogger("ccweb_index")
+
+# Bounds one write transaction, so readers in other processes never wait long.
+_BATCH_FILES = 200
+_BATCH_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class RefreshStats:
+    examined: int = 0
+    read: int = 0
+    removed: int = 0
+    unreadable: int = 0
+    changed: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    session_id: str
+    sig: Signature
+    racy: bool
+    parsed: ParsedSession | None
+    error: str | None
+    size: int
+
+
+class Indexer:
+    """Reads session files and writes the index. Thread-safe: one lock guards the connection."""
+
+    def __init__(
+        self,
+        sessions_dir: str,
+        conn: sqlite3.Connection,
+        *,
+        max_session_bytes: int = DEFAULT_MAX_SESSION_BYTES,
+        lock: threading.RLock | None = None,
+    ) -> None:
+        self.sessions_dir = sessions_dir
+        self.conn = conn
+        self.max_session_bytes = max_session_bytes
+        self.lock = lock or threading.RLock()
+        self._logged_errors: dict[str, tuple[Signature, str]] = {}
+
+    # --- the three ways in ------------------------------------------------------------------
+
+    def reconcile(self, progress: Callable[[int, int], None] | None = None) -> RefreshStats:
+        """Compare every file's signature with the index; read what changed; drop what is gone."""
+        with self.lock:
+            try:
+                dir_sig = dir_signature(self.sessions_dir)
+                looked_at = time.time_ns()
+                listing = list_sessions(self.sessions_dir)
+            except FileNotFoundError:
+                # The directory is gone: it holds no sessions until it is back.
+                dir_sig, looked_at, listing = None, time.time_ns(), {}
+            stored = store.stored_signatures(self.conn)
+            stats = self._bring_in_line(set(listing) | set(stored), stored, progress=progress)
+            self._record_listing(dir_sig, looked_at, last_reconcile_ns=time.time_ns())
+            return stats
+
+    def refresh(self, session_ids: Iterable[str]) -> RefreshStats:
+        """Bring these sessions in line: stat each, and read those whose signature moved or is racy."""
+        ids = sorted(set(session_ids))
+        if not ids:
+            return RefreshStats()
+        with self.lock:
+            stored = store.stored_signatures(self.conn, ids)
+            return self._bring_in_line(ids, stored)
+
+    def refresh_listing(self) -> RefreshStats:
+        """Notice files added, removed or replaced since the last listing, without a stat per file.
+
+        Creating, deleting or renaming an entry changes the directory's own signature; only then is
+        the directory listed again, and only names that appeared, vanished or changed inode are read.
+        """
+        with self.lock:
+            try:
+                dir_sig = dir_signature(self.sessions_dir)
+            except FileNotFoundError:
+                return self.reconcile()
+            if self._listing_is_current(dir_sig):
+                return RefreshStats()
+            looked_at = time.time_ns()
+            listing = list_sessions(self.sessions_dir)
+            stored = store.stored_signatures(self.conn)
+            moved = {i for i in set(listing) | set(stored) if i not in stored or listing.get(i) != stored[i].sig.ino}
+            stats = self._bring_in_line(moved, stored)
+            self._record_listing(dir_sig, looked_at)
+            return stats
+
+    # --- the work ---------------------------------------------------------------------------
+
+    def _listing_is_current(self, dir_sig: Signature) -> bool:
+        recorded = get_meta(self.conn, "dir_signature")
+        return recorded == _encode_sig(dir_sig) and not get_meta(self.conn, "dir_racy")
+
+    def _record_listing(self, dir_sig: Signature | None, looked_at: int, **extra: object) -> None:
+        with write_transaction(self.conn):
+            set_meta(
+                self.conn,
+                dir_signature=None if dir_sig is None else _encode_sig(dir_sig),
+                dir_racy=int(dir_sig is None or is_racy(dir_sig, looked_at)),
+                **extra,
+            )
+
+    def _bring_in_line(
+        self,
+        ids: Iterable[str],
+        stored: dict[str, store.Stored],
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> RefreshStats:
+        stats = RefreshStats()
+        ids = list(ids)
+        gone: list[str] = []
+        pending: list[_Loaded] = []
+        pending_bytes = 0
+        for done, session_id in enumerate(ids, 1):
+            stats.examined += 1
+            st = lstat_session(self.sessions_dir, session_id)
+            known = stored.get(session_id)
+            if st is None:
+                if known is not None:
+                    gone.append(session_id)
+            elif known is None or known.racy or known.sig != Signature.of(st):
+                loaded = self._load(session_id)
+                if loaded is None:
+                    if known is not None:
+                        gone.append(session_id)
+                else:
+                    pending.append(loaded)
+                    pending_bytes += loaded.size
+            if len(pending) >= _BATCH_FILES or pending_bytes >= _BATCH_BYTES:
+                self._write(pending, [], stored, stats)
+                pending, pending_bytes = [], 0
+            if progress is not None:
+                progress(done, len(ids))
+        self._write(pending, gone, stored, stats)
+        return stats
+
+    def _load(self, session_id: str) -> _Loaded | None:
+        path = os.path.join(self.sessions_dir, session_id + ".json")
+        try:
+            data, sig, looked_at = read_session_file(path, self.max_session_bytes)
+        except NotASession:
+            return None
+        except TooLarge as exc:
+            st = lstat_session(self.sessions_dir, session_id)
+            if st is None:
+                return None
+            sig = Signature.of(st)
+            return _Loaded(session_id, sig, False, None, str(exc), 0)
+        except OSError as exc:
+            st = lstat_session(self.sessions_dir, session_id)
+            if st is None:
+                return None
+            sig = Signature.of(st)
+            return _Loaded(session_id, sig, is_racy(sig, time.time_ns()), None, f"cannot read: {exc.strerror or exc}", 0)
+        racy = is_racy(sig, looked_at)
+        try:
+            return _Loaded(session_id, sig, racy, parse_session(data), None, len(data))
+        except Unreadable as exc:
+            return _Loaded(session_id, sig, racy, None, exc.reason, len(data))
+
+    def _write(
+        self, loaded: list[_Loaded], gone: list[str], stored: dict[str, store.Stored], stats: RefreshStats
+    ) -> None:
+        if not loaded and not gone:
+            return
+        with write_transaction(self.conn):
+            for item in loaded:
+                if item.parsed is not None:
+                    store.record_parsed(self.conn, item.session_id, item.sig, item.racy, item.parsed)
+                else:
+                    store.record_unreadable(self.conn, item.session_id, item.sig, item.racy, item.error or "")
+            store.forget(self.conn, gone)
+        for item in loaded:
+            stats.read += 1
+            stats.changed.add(item.session_id)
+            if item.error is not None:
+                stats.unreadable += 1
+                self._log_unreadable(item)
+            else:
+                self._logged_errors.pop(item.session_id, None)
+        stats.removed += len(gone)
+        stats.changed.update(gone)
+
+    def _log_unreadable(self, item: _Loaded) -> None:
+        # Once per file state: a racy file is re-read until it settles, and must not flood the log.
+        if self._logged_errors.get(item.session_id) != (item.sig, item.error):
+            self._logged_errors[item.session_id] = (item.sig, item.error or "")
+            log.warning("session %s is unreadable: %s", item.session_id, item.error)
+
+
+def _encode_sig(sig: Signature) -> str:
+    return f"{sig.ino}:{sig.size}:{sig.mtime_ns}:{sig.ctime_ns}"

@@ -1,0 +1,266 @@
+"""The cc-web session file format, and nothing else.
+
+This is the one module that knows how a cc-web conversation is stored: which file names are
+sessions, what makes a file unreadable, and how its fields map to what the index keeps. When cc-web's
+format moves, this is the place to change. Everything here is a pure function of bytes and names.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+SUFFIX = ".json"
+
+
+def is_valid_id(value: object) -> bool:
+    return isinstance(value, str) and SESSION_ID_RE.fullmatch(value) is not None
+
+
+def session_id_from_name(name: str) -> str | None:
+    """The conversation id a directory entry name stands for, or None if it is not a session name."""
+    if not name.endswith(SUFFIX):
+        return None
+    stem = name[: -len(SUFFIX)]
+    return stem if SESSION_ID_RE.fullmatch(stem) else None
+
+
+class Unreadable(Exception):
+    """The file is not a readable session: empty, not JSON, or not a JSON object."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class UserInput:
+    message_id: str | None
+    created_at_ms: int | None
+    content: str
+
+
+@dataclass(slots=True)
+class ParsedSession:
+    title: str | None = None
+    agent: str | None = None
+    status: str = "idle"
+    created_at_ms: int | None = None
+    # None when neither the file nor any message says; the caller falls back to the file's mtime.
+    updated_at_ms: int | None = None
+    created_from_kind: str | None = None
+    created_from_source: str | None = None
+    user_inputs: list[UserInput] = field(default_factory=list)
+
+
+# Message bodies are kept raw (undecoded) so that only user messages pay for building strings.
+class _Message(msgspec.Struct):
+    role: Any = None
+    content: msgspec.Raw = msgspec.Raw(b"null")
+    id: Any = None
+    createdAt: Any = None
+    timestamp: Any = None
+    ccwebPrompt: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _Document(msgspec.Struct):
+    title: Any = None
+    agent: Any = None
+    status: Any = None
+    createdAt: Any = None
+    updatedAt: Any = None
+    createdFrom: Any = None
+    messages: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_document = msgspec.json.Decoder(_Document)
+_messages = msgspec.json.Decoder(list[_Message])
+_raw_list = msgspec.json.Decoder(list[msgspec.Raw])
+_message = msgspec.json.Decoder(_Message)
+_any = msgspec.json.Decoder()
+
+
+def parse_session(data: bytes) -> ParsedSession:
+    """Parse one session file's bytes. Raises Unreadable with a short reason."""
+    if not data or data.isspace():
+        raise Unreadable("empty file")
+    if data.startswith(b"\xef\xbb\xbf"):
+        raise Unreadable("starts with a UTF-8 byte-order mark")
+    try:
+        # msgspec does not check UTF-8 inside values it skips, so the whole file is checked here.
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Unreadable(f"invalid UTF-8 at byte {exc.start}") from None
+    try:
+        doc = _document.decode(data)
+    except msgspec.ValidationError:
+        raise Unreadable("top level is not a JSON object") from None
+    except msgspec.DecodeError as exc:
+        raise Unreadable(f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise Unreadable("invalid JSON: nested too deeply") from None
+    return _from_document(doc)
+
+
+def _from_document(doc: _Document) -> ParsedSession:
+    parsed = ParsedSession()
+    parsed.title = doc.title if isinstance(doc.title, str) else None
+    parsed.agent = doc.agent if isinstance(doc.agent, str) else None
+    created_from = doc.createdFrom
+    if isinstance(created_from, dict):
+        kind = created_from.get("kind")
+        source = created_from.get("sourceSessionId")
+        parsed.created_from_kind = kind if isinstance(kind, str) else None
+        parsed.created_from_source = source if isinstance(source, str) else None
+
+    messages = _decode_messages(doc.messages)
+    first_time: int | None = None
+    newest_time: int | None = None
+    for message in messages:
+        if message is None:
+            continue
+        when = parse_time(message.timestamp if message.createdAt is None else message.createdAt)
+        if when is not None:
+            if first_time is None:
+                first_time = when
+            if newest_time is None or when > newest_time:
+                newest_time = when
+        if message.role == "user":
+            text = message_text(message.content)
+            if text and not text.isspace():
+                parsed.user_inputs.append(UserInput(message_id(message.id), when, text))
+
+    parsed.status = _status(doc.status, messages[-1] if messages else None)
+    created = parse_time(doc.createdAt)
+    parsed.created_at_ms = created if created is not None else first_time
+    updated = parse_time(doc.updatedAt)
+    parsed.updated_at_ms = updated if updated is not None else newest_time
+    return parsed
+
+
+def _decode_messages(raw: msgspec.Raw) -> list[_Message | None]:
+    """Messages in order; a non-object element becomes None (it still counts as "the last message")."""
+    if _head(raw) != b"[":
+        return []
+    try:
+        return list(_messages.decode(raw))
+    except msgspec.ValidationError:
+        pass  # some element is not an object: decode one by one
+    out: list[_Message | None] = []
+    for item in _raw_list.decode(raw):
+        if _head(item) == b"{":
+            out.append(_message.decode(item))
+        else:
+            out.append(None)
+    return out
+
+
+def _head(raw: msgspec.Raw) -> bytes:
+    """The first byte of a raw JSON value, which tells its type."""
+    return bytes(memoryview(raw)[:1])
+
+
+def _status(value: Any, last: _Message | None) -> str:
+    if isinstance(value, str) and value.strip():
+        return value.strip().lower()
+    if last is not None and last.role == "assistant" and _head(last.ccwebPrompt) == b"{":
+        return "waiting"
+    return "idle"
+
+
+def message_text(raw: msgspec.Raw) -> str:
+    head = _head(raw)
+    if head == b'"':
+        return _any.decode(raw)
+    if head != b"[":
+        return ""
+    parts: list[str] = []
+    for item in _any.decode(raw):
+        if isinstance(item, str):
+            parts.append(item)
+        elif isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
+            parts.append(item["text"])
+    return "\n".join(parts)
+
+
+def message_id(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return js_number(value)
+    return None
+
+
+def js_number(value: float) -> str:
+    """A finite float as JavaScript's String(value) prints it."""
+    if value.is_integer() and abs(value) < 1e21:
+        return str(int(value))
+    text = repr(value)
+    if "e" in text:
+        mantissa, exponent = text.split("e")
+        sign = "-" if exponent.startswith("-") else "+"
+        text = f"{mantissa.removesuffix('.0')}e{sign}{int(exponent.lstrip('+-'))}"
+    return text
+
+
+# --- times -----------------------------------------------------------------------------------
+
+_ISO_RE = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d+))?)?"
+    r"(?:([Zz])|([+-])(\d{2})(?::?(\d{2}))?)"
+)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_MIN_MS = int((_dt.datetime(1, 1, 1, tzinfo=_dt.timezone.utc) - _EPOCH).total_seconds()) * 1000
+_MAX_MS = int((_dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=_dt.timezone.utc) - _EPOCH).total_seconds()) * 1000 + 999
+
+
+def parse_time(value: Any) -> int | None:
+    """Epoch milliseconds from an ISO-8601 string with a zone, or from a number of epoch ms."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        ms = math.trunc(value)
+        return ms if _MIN_MS <= ms <= _MAX_MS else None
+    if isinstance(value, str):
+        return _parse_iso(value)
+    return None
+
+
+def _parse_iso(text: str) -> int | None:
+    match = _ISO_RE.fullmatch(text)
+    if match is None:
+        return None
+    year, month, day, hour, minute, second, fraction, zulu, sign, off_h, off_m = match.groups()
+    if not zulu and (int(off_h) > 23 or int(off_m or 0) > 59):
+        return None
+    try:
+        moment = _dt.datetime(int(year), int(month), int(day), int(hour), int(minute), int(second or 0))
+    except ValueError:
+        return None
+    seconds = (moment - _EPOCH.replace(tzinfo=None)) // _dt.timedelta(seconds=1)
+    offset = 0 if zulu else (1 if sign == "+" else -1) * (int(off_h) * 60 + int(off_m or 0)) * 60
+    ms = (seconds - offset) * 1000 + int((fraction or "0")[:3].ljust(3, "0"))
+    return ms if _MIN_MS <= ms <= _MAX_MS else None
+
+
+def format_time(ms: int | None) -> str | None:
+    """Epoch ms as ISO-8601 UTC with milliseconds: 2026-11-29T08:00:00.000Z."""
+    if ms is None or not _MIN_MS <= ms <= _MAX_MS:
+        return None
+    moment = _EPOCH + _dt.timedelta(milliseconds=ms)
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T"
+        f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}.{moment.microsecond // 1000:03d}Z"
+    )

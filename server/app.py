@@ -1,0 +1,64 @@
+"""The MCP server: the official SDK's low-level `Server`, wired to the service's two tools."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.server.stdio import stdio_server
+
+from server.service import Service, ToolResult
+from server.tools import TOOLS
+
+SourceOf = Callable[[ServerRequestContext[Any]], str | None]
+
+_TOOL_LIST = [types.Tool.model_validate(spec) for spec in TOOLS]
+
+
+def _version() -> str:
+    try:
+        return version("ccweb-index")
+    except PackageNotFoundError:
+        return "0"
+
+
+def to_call_result(result: ToolResult) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=result.text())],
+        structured_content=result.payload,
+        is_error=result.is_error,
+    )
+
+
+def build_server(service: Service, source_of: SourceOf) -> Server[Any]:
+    """`source_of` tells, per request, which conversation the caller runs in (never the LLM's choice)."""
+
+    async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=_TOOL_LIST)
+
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+        # Tools block on SQLite and file reads; a worker thread keeps the event loop answering.
+        result = await anyio.to_thread.run_sync(service.call, params.name, params.arguments, source_of(ctx))
+        return to_call_result(result)
+
+    return Server(
+        "ccweb-index",
+        version=_version(),
+        instructions=(
+            "Read-only access to cc-web conversations: ccweb_list_user_inputs re-reads what the user "
+            "asked for; ccweb_list_conversations lists conversations, or with scope \"children\" the ones "
+            "this conversation created through MCP."
+        ),
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+async def serve_stdio(service: Service, source: str | None) -> None:
+    server = build_server(service, lambda ctx: source)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())

@@ -1,0 +1,223 @@
+"""The `ccweb-index` command: small click commands over the indexer and the service."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import click
+
+from indexer.db import IndexMismatch
+from indexer.files import DEFAULT_MAX_SESSION_BYTES
+from indexer.watch import start_watcher
+from server.service import Service
+
+log = logging.getLogger("ccweb_index")
+
+
+def _setup_logging(verbose: bool) -> None:
+    # stdout is the MCP channel for `serve`; every log line goes to stderr.
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s ccweb-index %(levelname)s %(message)s",
+    )
+
+
+def _sessions_dir_option(func: Any) -> Any:
+    func = click.option(
+        "--sessions-dir",
+        envvar="CCWEB_SESSIONS_DIR",
+        required=True,
+        type=click.Path(file_okay=False, path_type=str),
+        help="cc-web's sessions directory (env CCWEB_SESSIONS_DIR). Only ever read.",
+    )(func)
+    func = click.option(
+        "--db",
+        envvar="CCWEB_INDEX_DB",
+        type=click.Path(dir_okay=False, path_type=str),
+        help="Index file (env CCWEB_INDEX_DB). Default: one per sessions directory in the user cache directory.",
+    )(func)
+    func = click.option(
+        "--max-session-bytes",
+        type=click.IntRange(min=1),
+        default=DEFAULT_MAX_SESSION_BYTES,
+        show_default=True,
+        help="Session files larger than this are not read, and count as unreadable.",
+    )(func)
+    func = click.option("-v", "--verbose", is_flag=True, help="Log debug detail to stderr.")(func)
+    return func
+
+
+def _open_service(sessions_dir: str, db: str | None, max_session_bytes: int, **kwargs: Any) -> Service:
+    try:
+        return Service(sessions_dir, db, max_session_bytes=max_session_bytes, **kwargs)
+    except IndexMismatch as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _require_dir(sessions_dir: str) -> None:
+    if not os.path.isdir(sessions_dir):
+        raise click.ClickException(f"the sessions directory {sessions_dir!r} does not exist or is not a directory")
+
+
+@click.group()
+@click.version_option(package_name="ccweb-index")
+def main() -> None:
+    """Index cc-web session files in SQLite and answer cc-web's MCP tools from the index."""
+
+
+@main.command()
+@_sessions_dir_option
+def build(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bool) -> None:
+    """Bring the index in line with the sessions directory, then exit.
+
+    Incremental: files whose stat signature did not change are not read.
+    """
+    _setup_logging(verbose)
+    _require_dir(sessions_dir)
+    service = _open_service(sessions_dir, db, max_session_bytes)
+    started = time.perf_counter()
+    if sys.stderr.isatty():
+        with click.progressbar(length=1, label="indexing", file=sys.stderr) as bar:
+
+            def progress(done: int, total: int) -> None:
+                bar.length = total
+                bar.update(done - bar.pos)
+
+            stats = service.indexer.reconcile(progress=progress)
+    else:
+        stats = service.indexer.reconcile()
+    elapsed = time.perf_counter() - started
+    counts = service.counts()
+    service.close()
+    click.echo(
+        f"{counts['sessions']} sessions, {counts['inputs']} user inputs, {counts['unreadable']} unreadable; "
+        f"read {stats.read} files, removed {stats.removed}, in {elapsed:.2f} s",
+        err=True,
+    )
+
+
+@main.command()
+@_sessions_dir_option
+@click.option("--poll", is_flag=True, help="Poll the directory instead of using inotify (e.g. network filesystems).")
+def watch(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bool, poll: bool) -> None:
+    """Build, then keep the index in line with the directory until SIGINT/SIGTERM."""
+    _setup_logging(verbose)
+    _require_dir(sessions_dir)
+    service = _open_service(sessions_dir, db, max_session_bytes)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    watcher = start_watcher(service.indexer, poll=poll)
+    log.info("watching %s (index %s)", service.sessions_dir, service.db_path)
+    stop.wait()
+    watcher.stop()
+    service.close()
+    log.info("stopped")
+
+
+@main.command()
+@_sessions_dir_option
+@click.option(
+    "--source-session",
+    envvar="CCWEB_SOURCE_SESSION_ID",
+    help="The conversation this server answers for (env CCWEB_SOURCE_SESSION_ID).",
+)
+@click.option("--no-watch", is_flag=True, help="Do not run a watcher in this process.")
+@click.option("--poll", is_flag=True, help="Poll instead of using inotify.")
+def serve(
+    sessions_dir: str,
+    db: str | None,
+    max_session_bytes: int,
+    verbose: bool,
+    source_session: str | None,
+    no_watch: bool,
+    poll: bool,
+) -> None:
+    """Serve the MCP tools over stdio."""
+    import anyio
+
+    from server.app import serve_stdio
+
+    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(asctime)s ccweb-index %(levelname)s %(message)s")  # fmt: skip
+    service = _open_service(sessions_dir, db, max_session_bytes, watch=not no_watch, poll=poll)
+    service.start_in_background()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        anyio.run(serve_stdio, service, source_session)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.close()
+
+
+@main.command()
+@click.argument("tool")
+@click.argument("args_json", required=False, default="{}")
+@_sessions_dir_option
+@click.option(
+    "--source-session",
+    envvar="CCWEB_SOURCE_SESSION_ID",
+    help="The conversation to answer for (env CCWEB_SOURCE_SESSION_ID).",
+)
+def call(
+    tool: str,
+    args_json: str,
+    sessions_dir: str,
+    db: str | None,
+    max_session_bytes: int,
+    verbose: bool,
+    source_session: str | None,
+) -> None:
+    """Run one tool once, in-process, and print the JSON it returns (exit 1 on a tool error)."""
+    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.WARNING)
+    try:
+        arguments = json.loads(args_json)
+    except json.JSONDecodeError as exc:
+        raise click.UsageError(f"ARGS_JSON is not valid JSON: {exc}") from None
+    if not isinstance(arguments, dict):
+        raise click.UsageError("ARGS_JSON must be a JSON object, e.g. '{\"limit\": 5}'")
+    service = _open_service(sessions_dir, db, max_session_bytes)
+    service.start()
+    result = service.call(tool, arguments, source_session)
+    service.close()
+    click.echo(result.text())
+    sys.exit(1 if result.is_error else 0)
+
+
+@main.command()
+@_sessions_dir_option
+def status(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bool) -> None:
+    """Show what the index holds: counts, unreadable files and why, index path and size."""
+    _setup_logging(verbose)
+    service = _open_service(sessions_dir, db, max_session_bytes)
+    counts = service.counts()
+    size = sum(os.path.getsize(p) for p in (f"{service.db_path}{s}" for s in ("", "-wal")) if os.path.exists(p))
+    last = counts["last_reconcile_ns"]
+    click.echo(f"sessions directory: {service.sessions_dir}")
+    click.echo(f"index: {service.db_path} ({size / 1e6:.1f} MB)")
+    click.echo(f"last reconcile: {_when(last)}")
+    click.echo(f"sessions: {counts['sessions']} readable, {counts['unreadable']} unreadable now")
+    click.echo(f"user inputs: {counts['inputs']}")
+    for session_id, reason, good in service.unreadable():
+        kept = " (answering from its last good version)" if good else ""
+        click.echo(f"  unreadable {session_id}.json: {reason}{kept}")
+    service.close()
+
+
+def _when(ns: object) -> str:
+    if not isinstance(ns, int):
+        return "never"
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(ns / 1e9))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,311 @@
+"""The two tools' contracts: names, schemas, descriptions, argument leniency, and answer shapes.
+
+Pure functions only: no files, no database. `server.service` feeds them what the index holds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from indexer.sessionfile import format_time, is_valid_id
+
+LIST_USER_INPUTS = "ccweb_list_user_inputs"
+LIST_CONVERSATIONS = "ccweb_list_conversations"
+
+INPUTS_LIMIT = (1, 50, 15)  # minimum, maximum, default
+INPUTS_MAX_CHARS = (1, 1000, 1000)
+CONVERSATIONS_LIMIT = (1, 100, 20)
+
+
+class ToolError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def payload(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message}}
+
+
+# --- argument leniency ---------------------------------------------------------------------
+
+
+def clamp_int(value: Any, bounds: tuple[int, int, int]) -> int:
+    """A number is truncated then clamped; anything else (bool, string, null, missing) is the default."""
+    low, high, default = bounds
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    if isinstance(value, float):
+        if math.isnan(value):
+            return default
+        if math.isinf(value):
+            return high if value > 0 else low
+        value = math.trunc(value)
+    return min(max(value, low), high)
+
+
+def filter_key(value: Any) -> str | None:
+    """An agent/status filter: a non-empty string, compared case-insensitively; else no filter."""
+    return value.lower() if isinstance(value, str) and value else None
+
+
+def valid_source(source: str | None) -> str | None:
+    return source if is_valid_id(source) else None
+
+
+def requested_conversation(arguments: dict[str, Any], source: str | None) -> str:
+    """The conversation whose inputs are wanted: an explicit id, else the caller's own conversation."""
+    value = arguments.get("conversationId")
+    if value is not None:
+        if not is_valid_id(value):
+            raise ToolError(
+                "invalid_conversation_id",
+                "conversationId must be a conversation id: 1 to 128 characters from A-Z, a-z, 0-9, '_' "
+                "and '-'. Omit it to read the inputs of the conversation you are running in.",
+            )
+        return value
+    if valid_source(source) is None:
+        raise ToolError(
+            "missing_source_conversation",
+            "No conversationId was given and this server was not started for a conversation "
+            "(CCWEB_SOURCE_SESSION_ID / --source-session is unset or invalid). Pass conversationId explicitly.",
+        )
+    return source  # type: ignore[return-value]
+
+
+def not_found(conversation_id: str) -> ToolError:
+    return ToolError(
+        "conversation_not_found",
+        f"There is no conversation {conversation_id!r} in the sessions directory. "
+        "Check the id, e.g. with ccweb_list_conversations.",
+    )
+
+
+def unreadable(conversation_id: str, reason: str) -> ToolError:
+    return ToolError(
+        "conversation_unreadable",
+        f"The session file of conversation {conversation_id!r} cannot be read ({reason}) and no earlier "
+        "readable version is indexed. Try again once cc-web has finished writing it.",
+    )
+
+
+def missing_source_for_children() -> ToolError:
+    return ToolError(
+        "missing_source_conversation",
+        'scope "children" lists the conversations created by the conversation you are running in, '
+        "but this server was not started for a conversation (CCWEB_SOURCE_SESSION_ID / --source-session "
+        'is unset or invalid). Use scope "all" instead.',
+    )
+
+
+# --- answers ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredInput:
+    message_id: str | None
+    created_at_ms: int | None
+    content: str
+
+
+def user_inputs_answer(
+    conversation_id: str, limit: int, max_chars: int, total_inputs: int, newest_first: list[StoredInput]
+) -> dict[str, Any]:
+    """Spend `max_chars` code points from the newest input back; return what fits, oldest first."""
+    remaining = max_chars
+    chosen: list[dict[str, Any]] = []
+    cut = False
+    for item in newest_first[:limit]:
+        length = len(item.content)
+        if length <= remaining:
+            chosen.append(_input(item, item.content, length, False))
+            remaining -= length
+            continue
+        cut = True
+        if remaining > 0:
+            chosen.append(_input(item, item.content[:remaining], length, True))
+        break
+    chosen.reverse()
+    return {
+        "conversationId": conversation_id,
+        "limit": limit,
+        "maxChars": max_chars,
+        "totalChars": sum(entry["contentChars"] for entry in chosen),
+        "returnedCount": len(chosen),
+        "hasMore": total_inputs > limit or cut,
+        "inputs": chosen,
+    }
+
+
+def _input(item: StoredInput, content: str, original: int, truncated: bool) -> dict[str, Any]:
+    return {
+        "messageId": item.message_id,
+        "createdAt": format_time(item.created_at_ms),
+        "content": content,
+        "contentChars": len(content),
+        "originalChars": original,
+        "truncated": truncated,
+    }
+
+
+def conversation_row(row: Any) -> dict[str, Any]:
+    return {
+        "conversationId": row["id"],
+        "title": row["title"],
+        "agent": row["agent"],
+        "status": row["status"],
+        "createdAt": format_time(row["created_at_ms"]),
+        "updatedAt": format_time(row["updated_at_ms"]),
+        "createdFromKind": row["created_from_kind"],
+        "userInputCount": row["user_input_count"],
+    }
+
+
+# --- what tools/list shows -------------------------------------------------------------------
+
+_NULLABLE_STRING = {"type": ["string", "null"]}
+
+USER_INPUTS_TOOL: dict[str, Any] = {
+    "name": LIST_USER_INPUTS,
+    "title": "List the user's inputs in a conversation",
+    "description": (
+        "Read-only. Returns what the user asked for in a cc-web conversation: its user messages "
+        "(including guided-form submissions), most recent first in selection but returned oldest "
+        "first, so you can re-check the requirements before you call the work done. By default it "
+        "reads the conversation you are running in; pass conversationId to read another one. "
+        "limit (1-50, default 15) caps how many recent inputs are considered; maxChars (1-1000, "
+        "default 1000) is a budget of Unicode code points shared by all returned inputs, spent from "
+        "the newest input backwards: an input that fits is returned whole, the first one that does "
+        "not fit is cut to the remaining budget and marked truncated, and nothing older is returned. "
+        "hasMore is true when older inputs exist beyond limit or the budget cut or left some out. "
+        "Out-of-range numbers are clamped. Errors: invalid_conversation_id, "
+        "missing_source_conversation, conversation_not_found, conversation_unreadable."
+    ),
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "conversationId": {
+                "type": "string",
+                "description": "Conversation id (the session file name without .json). "
+                "Omit to use the conversation you are running in.",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 50,
+                "default": 15,
+                "description": "How many of the most recent user inputs to consider (default 15).",
+            },
+            "maxChars": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 1000,
+                "default": 1000,
+                "description": "Total Unicode code points of content returned, shared by all inputs (default 1000).",
+            },
+        },
+        "additionalProperties": False,
+    },
+    "outputSchema": {
+        "type": "object",
+        "properties": {
+            "conversationId": {"type": "string"},
+            "limit": {"type": "integer"},
+            "maxChars": {"type": "integer"},
+            "totalChars": {"type": "integer"},
+            "returnedCount": {"type": "integer"},
+            "hasMore": {"type": "boolean"},
+            "inputs": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "messageId": _NULLABLE_STRING,
+                        "createdAt": _NULLABLE_STRING,
+                        "content": {"type": "string"},
+                        "contentChars": {"type": "integer"},
+                        "originalChars": {"type": "integer"},
+                        "truncated": {"type": "boolean"},
+                    },
+                    "required": ["messageId", "createdAt", "content", "contentChars", "originalChars", "truncated"],
+                },
+            },
+        },
+        "required": ["conversationId", "limit", "maxChars", "totalChars", "returnedCount", "hasMore", "inputs"],
+    },
+    "annotations": {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False},
+}
+
+CONVERSATIONS_TOOL: dict[str, Any] = {
+    "name": LIST_CONVERSATIONS,
+    "title": "List cc-web conversations",
+    "description": (
+        "Read-only. Lists cc-web conversations as metadata only (never message bodies): id, title, "
+        "agent, status, createdAt, updatedAt, createdFromKind and userInputCount, most recently "
+        "updated first. scope \"all\" (the default) lists every conversation; scope \"children\" lists "
+        "only the conversations this conversation created through MCP, direct children only (no "
+        "branches, no grandchildren), so an orchestrating agent can follow its workers. agent and "
+        "status filter by case-insensitive equality (status is one of the stored statuses, or "
+        "\"waiting\" / \"idle\"). Filters and scope apply before limit (1-100, default 20); hasMore "
+        "says more conversations matched. Error: missing_source_conversation (scope children without "
+        "a source conversation)."
+    ),
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "agent": {"type": "string", "description": "Only conversations of this agent, e.g. \"claude\" or \"codex\"."},
+            "status": {"type": "string", "description": "Only conversations with this status, e.g. \"idle\" or \"waiting\"."},
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 100,
+                "default": 20,
+                "description": "How many conversations to return at most (default 20).",
+            },
+            "scope": {
+                "type": "string",
+                "enum": ["all", "children"],
+                "default": "all",
+                "description": "\"all\" (default): every conversation. \"children\": only those this "
+                "conversation created through MCP, direct children only.",
+            },
+        },
+        "additionalProperties": False,
+    },
+    "outputSchema": {
+        "type": "object",
+        "properties": {
+            "scope": {"type": "string", "enum": ["all", "children"]},
+            "sourceConversationId": _NULLABLE_STRING,
+            "limit": {"type": "integer"},
+            "returnedCount": {"type": "integer"},
+            "hasMore": {"type": "boolean"},
+            "conversations": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "conversationId": {"type": "string"},
+                        "title": _NULLABLE_STRING,
+                        "agent": _NULLABLE_STRING,
+                        "status": {"type": "string"},
+                        "createdAt": _NULLABLE_STRING,
+                        "updatedAt": {"type": "string"},
+                        "createdFromKind": _NULLABLE_STRING,
+                        "userInputCount": {"type": "integer"},
+                    },
+                    "required": [
+                        "conversationId", "title", "agent", "status",
+                        "createdAt", "updatedAt", "createdFromKind", "userInputCount",
+                    ],
+                },
+            },
+        },
+        "required": ["scope", "sourceConversationId", "limit", "returnedCount", "hasMore", "conversations"],
+    },
+    "annotations": {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False},
+}  # fmt: skip
+
+TOOLS = (USER_INPUTS_TOOL, CONVERSATIONS_TOOL)
