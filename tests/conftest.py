@@ -1,0 +1,167 @@
+"""Shared test helpers: corpora written in the test, the installed command, a real MCP client."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+CCWEB_INDEX = shutil.which("ccweb-index")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if CCWEB_INDEX is None:
+        raise pytest.UsageError("the ccweb-index command is not installed: run `pip install -e '.[test]'` first")
+
+
+# --- corpora -----------------------------------------------------------------------------------
+
+
+class Corpus:
+    """A sessions directory that a test writes to, the way cc-web would."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+
+    def file(self, session_id: str) -> Path:
+        return self.path / f"{session_id}.json"
+
+    def write(self, session_id: str, doc: Any, *, how: str = "inplace", mtime_ns: int | None = None) -> Path:
+        data = doc if isinstance(doc, bytes) else json.dumps(doc, ensure_ascii=False).encode()
+        target = self.file(session_id)
+        if how == "atomic":
+            tmp = self.path / f".{session_id}.json.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+        elif how == "inplace":
+            with open(target, "r+b" if target.exists() else "wb") as f:
+                f.seek(0)
+                f.write(data)
+                f.truncate()
+        else:
+            raise ValueError(how)
+        if mtime_ns is not None:
+            os.utime(target, ns=(mtime_ns, mtime_ns))
+        return target
+
+    def delete(self, session_id: str) -> None:
+        self.file(session_id).unlink()
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Corpus:
+    return Corpus(tmp_path / "sessions")
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "index" / "index.sqlite"
+
+
+def session(
+    *inputs: str,
+    title: str | None = "t",
+    agent: str | None = "claude",
+    updated: str | int | None = None,
+    created_from: dict[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A minimal cc-web session document with the given user inputs (oldest first)."""
+    messages: list[dict[str, Any]] = []
+    for n, text in enumerate(inputs):
+        minute = f"{n % 60:02d}"
+        messages.append({"id": f"u{n}", "role": "user", "content": text, "createdAt": f"2026-11-29T08:{minute}:00.000Z"})
+        messages.append({"id": f"a{n}", "role": "assistant", "content": "ok", "createdAt": f"2026-11-29T08:{minute}:30.000Z"})
+    doc: dict[str, Any] = {"messages": messages, **extra}
+    if title is not None:
+        doc["title"] = title
+    if agent is not None:
+        doc["agent"] = agent
+    if updated is not None:
+        doc["updatedAt"] = updated
+    if created_from is not None:
+        doc["createdFrom"] = created_from
+    return doc
+
+
+def snapshot(directory: Path) -> dict[str, tuple[Any, ...]]:
+    """Everything a write would change: names, types, inodes, sizes, times (ctime too) and contents."""
+    result: dict[str, tuple[Any, ...]] = {}
+    for root, dirs, files in os.walk(directory):
+        for name in sorted(dirs + files):
+            path = os.path.join(root, name)
+            st = os.lstat(path)
+            digest = None
+            if stat.S_ISREG(st.st_mode) and os.access(path, os.R_OK):
+                digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            result[os.path.relpath(path, directory)] = (
+                st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, digest
+            )
+    st = os.stat(directory)
+    result["."] = (st.st_mode, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    return result
+
+
+# --- a real MCP client over stdio, usable from synchronous tests ---------------------------------
+
+
+class StdioClient:
+    """`ccweb-index serve` started as a subprocess, driven by the SDK's ClientSession."""
+
+    def __init__(self, portal: BlockingPortal, session: ClientSession) -> None:
+        self._portal = portal
+        self.session = session
+
+    def call(self, name: str, arguments: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+        result = self._portal.call(self.session.call_tool, name, arguments or {})
+        text = json.loads(result.content[0].text)
+        assert text == result.structured_content, "text content and structuredContent differ"
+        return result.structured_content, result.is_error
+
+    def list_tools(self) -> Any:
+        return self._portal.call(self.session.list_tools)
+
+
+@contextmanager
+def stdio_client_for(
+    sessions_dir: Path, db: Path, *, source: str | None = None, args: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> Iterator[StdioClient]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("CCWEB_")}
+    environment.update(env or {})
+    if source is not None:
+        environment["CCWEB_SOURCE_SESSION_ID"] = source
+    params = StdioServerParameters(
+        command=CCWEB_INDEX, args=["serve", "--sessions-dir", str(sessions_dir), "--db", str(db), *args], env=environment
+    )
+    with start_blocking_portal() as portal:
+        # One task owns the whole client lifetime (anyio cancel scopes must exit where they entered).
+        with portal.wrap_async_context_manager(_connected(params)) as client:
+            yield StdioClient(portal, client)
+
+
+@asynccontextmanager
+async def _connected(params: StdioServerParameters) -> AsyncIterator[ClientSession]:
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+        await client.initialize()
+        yield client
+
+
+def wait_until(predicate: Any, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()

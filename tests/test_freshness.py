@@ -1,0 +1,227 @@
+"""Every answer reflects every change that completed before the call, with and without a watcher.
+
+The cases are the ones in issue #2: in-place rewrite (same inode), atomic replace, creation,
+deletion, a same-size rewrite with mtime set back, a racy signature, and a file caught mid-write.
+Each runs against the in-process service with and without a watcher, and the main ones through the
+real stdio server.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import Corpus, session, snapshot, stdio_client_for
+from server.service import Service
+
+SOURCE = "orch"
+
+
+def child(*inputs: str, updated: str, **extra: Any) -> dict[str, Any]:
+    return session(*inputs, updated=updated, created_from={"kind": "mcp", "sourceSessionId": SOURCE}, **extra)
+
+
+@pytest.fixture(params=["watcher", "no-watcher", "poll"])
+def service(request: pytest.FixtureRequest, corpus: Corpus, db_path: Path) -> Iterator[Service]:
+    corpus.write("seed", session("hello", updated="2026-11-01T00:00:00Z"))
+    svc = Service(corpus.path, db_path, watch=request.param != "no-watcher", poll=request.param == "poll")
+    svc.start()
+    if request.param == "watcher":
+        from indexer.watch import InotifyWatcher
+
+        assert isinstance(svc.watcher, InotifyWatcher)
+
+        def no_sweeps() -> None:
+            raise AssertionError("a synced watcher must make full reconciles unnecessary")
+
+        svc.indexer.reconcile = no_sweeps  # type: ignore[method-assign]
+    yield svc
+    svc.close()
+
+
+def inputs(svc: Service, conversation_id: str) -> list[str]:
+    result = svc.call("ccweb_list_user_inputs", {"conversationId": conversation_id}, None)
+    assert not result.is_error, result.payload
+    return [item["content"] for item in result.payload["inputs"]]
+
+
+def ids(svc: Service, **arguments: Any) -> list[str]:
+    result = svc.call("ccweb_list_conversations", arguments, SOURCE)
+    assert not result.is_error, result.payload
+    return [row["conversationId"] for row in result.payload["conversations"]]
+
+
+def test_creation_is_seen_by_both_tools(service: Service, corpus: Corpus) -> None:
+    assert ids(service, scope="children") == []
+    corpus.write("w1", child("build the api", updated="2026-11-29T08:00:00Z"))
+    assert ids(service, scope="children") == ["w1"]
+    assert ids(service)[0] == "w1"
+    assert inputs(service, "w1") == ["build the api"]
+
+
+def test_deletion_is_seen_by_both_tools(service: Service, corpus: Corpus) -> None:
+    corpus.write("w1", child("x", updated="2026-11-29T08:00:00Z"))
+    assert ids(service, scope="children") == ["w1"]
+    corpus.delete("w1")
+    assert ids(service, scope="children") == []
+    assert "w1" not in ids(service)
+    result = service.call("ccweb_list_user_inputs", {"conversationId": "w1"}, None)
+    assert result.is_error and result.payload["error"]["code"] == "conversation_not_found"
+
+
+def test_in_place_rewrite_same_inode(service: Service, corpus: Corpus) -> None:
+    path = corpus.write("w1", child("first", updated="2026-11-29T08:00:00Z"))
+    inode = path.stat().st_ino
+    assert inputs(service, "w1") == ["first"]
+    corpus.write("w1", child("first", "second", updated="2026-11-29T09:00:00Z", status="Running"), how="inplace")
+    assert path.stat().st_ino == inode
+    assert inputs(service, "w1") == ["first", "second"]
+    rows = service.call("ccweb_list_conversations", {"scope": "children"}, SOURCE).payload["conversations"]
+    assert [(r["conversationId"], r["status"], r["userInputCount"]) for r in rows] == [("w1", "running", 2)]
+
+
+def test_atomic_replace(service: Service, corpus: Corpus) -> None:
+    path = corpus.write("w1", child("first", updated="2026-11-29T08:00:00Z"))
+    assert inputs(service, "w1") == ["first"]
+    inode = path.stat().st_ino
+    corpus.write("w1", child("replaced", updated="2026-11-29T09:00:00Z"), how="atomic")
+    assert path.stat().st_ino != inode
+    assert inputs(service, "w1") == ["replaced"]
+    assert ids(service, scope="children") == ["w1"]
+
+
+def test_same_size_rewrite_with_mtime_set_back(service: Service, corpus: Corpus) -> None:
+    path = corpus.write("w1", child("aaaa", updated="2026-11-29T08:00:00Z"))
+    before = path.stat()
+    assert inputs(service, "w1") == ["aaaa"]
+    corpus.write("w1", child("bbbb", updated="2026-11-29T08:00:00Z"), mtime_ns=before.st_mtime_ns)
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    assert inputs(service, "w1") == ["bbbb"]
+
+
+def test_in_place_edit_of_a_session_outside_the_answer_reorders_all(service: Service, corpus: Corpus) -> None:
+    corpus.write("old", session("x", updated="2026-11-20T00:00:00Z"))
+    corpus.write("new", session("y", updated="2026-11-28T00:00:00Z"))
+    assert ids(service, limit=1) == ["new"]
+    corpus.write("old", session("x", updated="2026-11-29T00:00:00Z"), how="inplace")
+    assert ids(service, limit=1) == ["old"]
+
+
+def test_in_place_edit_changes_filtered_answer(service: Service, corpus: Corpus) -> None:
+    corpus.write("a", session("x", updated="2026-11-20T00:00:00Z", status="idle"))
+    assert "a" not in ids(service, status="done")
+    corpus.write("a", session("x", updated="2026-11-20T00:00:00Z", status="done"), how="inplace")
+    assert ids(service, status="DONE") == ["a"]
+
+
+def test_mid_write_file_keeps_its_last_good_version(service: Service, corpus: Corpus) -> None:
+    corpus.write("w1", child("good one", updated="2026-11-29T08:00:00Z"))
+    assert inputs(service, "w1") == ["good one"]
+    corpus.write("w1", b'{"messages": [{"role": "user", "content": "half')
+    assert inputs(service, "w1") == ["good one"]
+    assert ids(service, scope="children") == ["w1"]
+    corpus.write("w1", child("good one", "done", updated="2026-11-29T09:00:00Z"))
+    assert inputs(service, "w1") == ["good one", "done"]
+
+
+def test_unreadable_from_the_start_is_an_error_and_left_out(service: Service, corpus: Corpus) -> None:
+    corpus.write("bad", b'{"messages": [')
+    result = service.call("ccweb_list_user_inputs", {"conversationId": "bad"}, None)
+    assert result.is_error and result.payload["error"]["code"] == "conversation_unreadable"
+    assert "bad" not in ids(service)
+
+
+def test_racy_signature_is_reread(corpus: Corpus, db_path: Path) -> None:
+    """git's racy-clean case: a change that leaves the stat signature as it was.
+
+    The kernel cannot be made to do that on demand, so the test makes the index believe it: the
+    stored signature is set to the file's current one after a same-size rewrite. Marked racy, the
+    entry is read again; marked settled, the stale content would be served (the control case).
+    """
+    corpus.write("w1", session("aaaa", updated="2026-11-29T08:00:00Z"))
+    svc = Service(corpus.path, db_path)
+    svc.start()
+    try:
+        assert inputs(svc, "w1") == ["aaaa"]
+        corpus.write("w1", session("bbbb", updated="2026-11-29T08:00:00Z"))
+        st = corpus.file("w1").stat()
+        conn = sqlite3.connect(db_path)
+        with conn:
+            conn.execute(
+                "UPDATE sessions SET ino = ?, size = ?, mtime_ns = ?, ctime_ns = ?, racy = 0 WHERE id = 'w1'",
+                (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns),
+            )
+        assert inputs(svc, "w1") == ["aaaa"], "control: a settled signature is trusted"
+        with conn:
+            conn.execute("UPDATE sessions SET racy = 1 WHERE id = 'w1'")
+        conn.close()
+        assert inputs(svc, "w1") == ["bbbb"]
+    finally:
+        svc.close()
+
+
+def test_a_freshly_written_file_is_recorded_racy(corpus: Corpus, db_path: Path) -> None:
+    corpus.write("w1", session("x"))
+    svc = Service(corpus.path, db_path)
+    svc.start()
+    svc.close()
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("SELECT racy FROM sessions WHERE id = 'w1'").fetchone() == (1,)
+
+
+@pytest.mark.parametrize("watch", [True, False], ids=["watcher", "no-watcher"])
+def test_freshness_through_the_stdio_server(corpus: Corpus, db_path: Path, watch: bool) -> None:
+    corpus.write("seed", session("hello", updated="2026-11-01T00:00:00Z"))
+    args = () if watch else ("--no-watch",)
+    with stdio_client_for(corpus.path, db_path, source=SOURCE, args=args) as client:
+
+        def children() -> list[str]:
+            payload, is_error = client.call("ccweb_list_conversations", {"scope": "children"})
+            assert not is_error
+            return [row["conversationId"] for row in payload["conversations"]]
+
+        def first_of_all() -> str:
+            payload, _ = client.call("ccweb_list_conversations", {"limit": 1})
+            return payload["conversations"][0]["conversationId"]
+
+        def user_inputs(conversation_id: str) -> list[str]:
+            payload, is_error = client.call("ccweb_list_user_inputs", {"conversationId": conversation_id})
+            assert not is_error, payload
+            return [item["content"] for item in payload["inputs"]]
+
+        assert children() == []
+        corpus.write("w1", child("one", updated="2026-11-29T08:00:00Z"))
+        assert children() == ["w1"] and user_inputs("w1") == ["one"]
+        corpus.write("w1", child("one", "two", updated="2026-11-29T08:00:00Z"), how="inplace")
+        assert user_inputs("w1") == ["one", "two"]
+        corpus.write("w1", child("three", updated="2026-11-29T08:00:00Z"), how="atomic")
+        assert user_inputs("w1") == ["three"]
+        corpus.write("seed", session("hello", updated="2026-11-30T00:00:00Z"), how="inplace")
+        assert first_of_all() == "seed"
+        corpus.delete("w1")
+        assert children() == []
+
+
+def test_the_sessions_directory_is_never_written(corpus: Corpus, db_path: Path) -> None:
+    corpus.write("seed", session("hello"))
+    corpus.write("kid", child("hi", updated="2026-11-29T08:00:00Z"))
+    corpus.write("bad", b"{")
+    before = snapshot(corpus.path)
+    for watch in (True, False):
+        svc = Service(corpus.path, db_path, watch=watch)
+        svc.start()
+        for _ in range(3):
+            svc.call("ccweb_list_conversations", {"scope": "children"}, SOURCE)
+            svc.call("ccweb_list_conversations", {}, SOURCE)
+            svc.call("ccweb_list_user_inputs", {"conversationId": "kid"}, None)
+            svc.call("ccweb_list_user_inputs", {"conversationId": "bad"}, None)
+        svc.close()
+    with stdio_client_for(corpus.path, db_path, source=SOURCE) as client:
+        client.call("ccweb_list_conversations", {"scope": "children"})
+        client.call("ccweb_list_user_inputs", {"conversationId": "seed"})
+    assert snapshot(corpus.path) == before

@@ -1,0 +1,90 @@
+"""The index database: migrations in order, upgrades in place, rebuilds from the files when broken."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlite_utils import Database
+
+from conftest import Corpus, session
+from indexer.db import IndexMismatch, connect, default_db_path, open_index
+from migrations import migrations
+from server.service import Service
+
+
+def applied(path: Path) -> list[str]:
+    return [m.name for m in migrations.applied(Database(sqlite3.connect(path)))]
+
+
+def test_a_new_index_has_every_migration_in_order(corpus: Corpus, db_path: Path) -> None:
+    open_index(db_path, str(corpus.path)).close()
+    assert applied(db_path) == ["m001_sessions", "m002_user_inputs", "m003_meta"]
+
+
+def test_an_older_index_is_upgraded_in_place(corpus: Corpus, db_path: Path) -> None:
+    corpus.write("a", session("hi", updated="2026-11-29T08:00:00Z"))
+    db_path.parent.mkdir(parents=True)
+    old = connect(db_path)
+    migrations.apply(Database(old), stop_before="m003_meta")
+    old.execute(
+        "INSERT INTO sessions (id, ino, size, mtime_ns, ctime_ns, racy, good, user_input_count) "
+        "VALUES ('kept', 1, 1, 1, 1, 0, 1, 0)"
+    )
+    old.close()
+    assert applied(db_path) == ["m001_sessions", "m002_user_inputs"]
+
+    conn = open_index(db_path, str(corpus.path))
+    assert applied(db_path) == ["m001_sessions", "m002_user_inputs", "m003_meta"]
+    assert conn.execute("SELECT id FROM sessions").fetchall() == [("kept",)], "data survives the upgrade"
+    conn.close()
+    # and the service then brings it in line with the files
+    svc = Service(corpus.path, db_path)
+    svc.start()
+    result = svc.call("ccweb_list_conversations", {}, None)
+    assert [r["conversationId"] for r in result.payload["conversations"]] == ["a"]
+    svc.close()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty-header"])
+def test_a_broken_index_is_rebuilt_from_the_files(corpus: Corpus, db_path: Path, damage: str) -> None:
+    corpus.write("a", session("one", "two", updated="2026-11-29T08:00:00Z"))
+    svc = Service(corpus.path, db_path)
+    svc.start()
+    svc.close()
+    data = db_path.read_bytes()
+    if damage == "garbage":
+        db_path.write_bytes(b"this is not a database" * 100)
+    elif damage == "truncated":
+        db_path.write_bytes(data[:100])
+    else:
+        db_path.write_bytes(b"\0" * len(data))
+    for suffix in ("-wal", "-shm"):
+        Path(f"{db_path}{suffix}").unlink(missing_ok=True)
+
+    svc = Service(corpus.path, db_path)
+    svc.start()
+    result = svc.call("ccweb_list_user_inputs", {"conversationId": "a"}, None)
+    svc.close()
+    assert [i["content"] for i in result.payload["inputs"]] == ["one", "two"]
+
+
+def test_an_index_of_another_directory_is_refused(tmp_path: Path, db_path: Path) -> None:
+    first, second = Corpus(tmp_path / "one"), Corpus(tmp_path / "two")
+    open_index(db_path, str(first.path)).close()
+    with pytest.raises(IndexMismatch, match="belongs to the sessions directory"):
+        open_index(db_path, str(second.path))
+
+
+def test_default_location_is_per_directory_in_the_user_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (tmp_path / "link").symlink_to(a)
+    assert default_db_path(a) == default_db_path(tmp_path / "link"), "keyed by the real path"
+    assert default_db_path(a) != default_db_path(b)
+    assert default_db_path(a).parent == tmp_path / "cache" / "ccweb-index"

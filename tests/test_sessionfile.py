@@ -1,0 +1,186 @@
+"""The cc-web file format mapping (indexer/sessionfile.py), field by field."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from indexer.sessionfile import (
+    Unreadable,
+    format_time,
+    is_valid_id,
+    message_id,
+    parse_session,
+    parse_time,
+    session_id_from_name,
+)
+
+
+def parse(doc: Any) -> Any:
+    return parse_session(json.dumps(doc, ensure_ascii=False).encode())
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("abc.json", "abc"),
+        ("A-b_9.json", "A-b_9"),
+        ("x" * 128 + ".json", "x" * 128),
+        ("x" * 129 + ".json", None),
+        (".json", None),
+        ("x.json.tmp", None),
+        (".x.json", None),
+        ("a b.json", None),
+        ("é.json", None),
+        ("a.JSON", None),
+        ("a\n.json", None),
+    ],
+)
+def test_session_names(name: str, expected: str | None) -> None:
+    assert session_id_from_name(name) == expected
+
+
+@pytest.mark.parametrize("value", ["", "a/b", "../x", "a\n", "a\x00", "é", "x" * 129, 7, None, ["a"]])
+def test_invalid_ids(value: Any) -> None:
+    assert not is_valid_id(value)
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"", "empty"),
+        (b"  \n", "empty"),
+        (b"[1, 2]", "not a JSON object"),
+        (b'"a string"', "not a JSON object"),
+        (b'{"title": "x"', "invalid JSON"),
+        (b'{"title": NaN}', "invalid JSON"),
+        (b'{"title": Infinity}', "invalid JSON"),
+        (b'\xef\xbb\xbf{"title": "x"}', "byte-order mark"),
+        (b'{"messages": [{"role": "assistant", "content": "\xff"}]}', "invalid UTF-8"),
+        (b'{"title": "\\ud800"}', "invalid JSON"),
+        (b'{"x": ' + b"[" * 20000 + b"]" * 20000 + b"}", "invalid JSON"),
+        (b'{"a": 1} trailing', "invalid JSON"),
+    ],
+)
+def test_unreadable_files(data: bytes, reason: str) -> None:
+    with pytest.raises(Unreadable) as info:
+        parse_session(data)
+    assert reason in info.value.reason
+
+
+def test_duplicate_keys_last_wins() -> None:
+    assert parse_session(b'{"title": "a", "title": "b"}').title == "b"
+
+
+def test_fields_of_the_wrong_type_count_as_absent() -> None:
+    parsed = parse({"title": 7, "agent": ["x"], "status": 3, "createdFrom": "mcp", "messages": {"0": {}}})
+    assert (parsed.title, parsed.agent, parsed.status, parsed.created_from_kind, parsed.user_inputs) == (
+        None, None, "idle", None, []
+    )  # fmt: skip
+
+
+def test_created_from_after_a_large_messages_array() -> None:
+    messages = [{"role": "assistant", "content": "x" * 1000} for _ in range(2000)]
+    data = json.dumps({"messages": messages, "createdFrom": {"kind": "mcp", "sourceSessionId": "s", "x": 1}})
+    parsed = parse_session(data.encode())
+    assert (parsed.created_from_kind, parsed.created_from_source) == ("mcp", "s")
+
+
+def test_user_inputs_text_and_skips() -> None:
+    parsed = parse(
+        {
+            "messages": [
+                {"role": "user", "content": "plain", "id": "m1", "createdAt": "2026-11-29T08:00:00Z"},
+                {"role": "user", "content": ["a", {"type": "text", "text": "b"}, {"type": "image"}, 5], "id": 7},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "out"}]},
+                {"role": "user", "content": " \n\t "},
+                {"role": "user", "content": {"text": "not a string or array"}},
+                {"role": "User", "content": "wrong case role"},
+                {"role": "assistant", "content": "reply", "ccwebPrompt": {"title": "form"}},
+                {"role": "user", "content": "Q1 → yes", "timestamp": 1795939200000, "id": 1.5},
+                {"role": "user", "content": [{"type": "text", "text": 5}, "", "x"]},
+                "not an object",
+            ]
+        }
+    )
+    assert [(i.message_id, i.content) for i in parsed.user_inputs] == [
+        ("m1", "plain"),
+        ("7", "a\nb"),
+        ("1.5", "Q1 → yes"),
+        (None, "\nx"),
+    ]
+    assert parsed.user_inputs[2].created_at_ms == 1795939200000
+    assert parsed.status == "idle", "the last element is not an object"
+
+
+@pytest.mark.parametrize(
+    ("status", "last", "expected"),
+    [
+        ("  Running ", None, "running"),
+        ("   ", {"role": "assistant", "ccwebPrompt": {}}, "waiting"),
+        (None, {"role": "assistant", "ccwebPrompt": {"fields": []}}, "waiting"),
+        (None, {"role": "assistant", "ccwebPrompt": "not an object"}, "idle"),
+        (None, {"role": "user", "ccwebPrompt": {}}, "idle"),
+        (None, {"role": "assistant"}, "idle"),
+        (None, None, "idle"),
+    ],
+)
+def test_status(status: str | None, last: dict[str, Any] | None, expected: str) -> None:
+    doc: dict[str, Any] = {"messages": [{"role": "user", "content": "x"}] + ([last] if last else [])}
+    if status is not None:
+        doc["status"] = status
+    assert parse(doc).status == expected
+
+
+def test_created_and_updated_fallbacks() -> None:
+    messages = [
+        {"role": "user", "content": "a", "createdAt": "garbage", "timestamp": "2026-01-01T00:00:00Z"},
+        {"role": "user", "content": "b", "createdAt": None, "timestamp": "2026-03-01T00:00:00Z"},
+        {"role": "assistant", "content": "c", "createdAt": "2026-05-01T00:00:00Z"},
+        {"role": "assistant", "content": "d", "createdAt": "2026-04-01T00:00:00Z"},
+    ]
+    parsed = parse({"messages": messages, "updatedAt": "not a time"})
+    assert format_time(parsed.created_at_ms) == "2026-03-01T00:00:00.000Z", "first message time that parses"
+    assert format_time(parsed.updated_at_ms) == "2026-05-01T00:00:00.000Z", "newest message time"
+    parsed = parse({"messages": messages, "createdAt": 0, "updatedAt": "2026-11-29T09:00:00+01:00"})
+    assert format_time(parsed.created_at_ms) == "1970-01-01T00:00:00.000Z"
+    assert format_time(parsed.updated_at_ms) == "2026-11-29T08:00:00.000Z"
+    assert parse({"messages": []}).updated_at_ms is None, "left to the file's mtime"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2026-11-29T08:00:00Z", "2026-11-29T08:00:00.000Z"),
+        ("2026-11-29T08:00:00.1234567Z", "2026-11-29T08:00:00.123Z"),
+        ("2026-11-29t08:00:00.5z", "2026-11-29T08:00:00.500Z"),
+        ("2026-11-29 16:00:00+08:00", "2026-11-29T08:00:00.000Z"),
+        ("2026-11-29T03:30:00-0430", "2026-11-29T08:00:00.000Z"),
+        ("2026-11-29T10:00+02", "2026-11-29T08:00:00.000Z"),
+        ("2026-11-29T08:00:00", None),
+        ("2026-11-29", None),
+        ("2026-02-30T00:00:00Z", None),
+        ("2026-11-29T24:00:00Z", None),
+        ("2026-11-29T08:00:60Z", None),
+        ("yesterday", None),
+        (1795939200000, "2026-11-29T08:00:00.000Z"),
+        (1795939200000.9, "2026-11-29T08:00:00.000Z"),
+        (-1.5, "1969-12-31T23:59:59.999Z"),
+        (1e20, None),
+        (True, None),
+        (None, None),
+        ({"t": 1}, None),
+    ],
+)
+def test_times(value: Any, expected: str | None) -> None:
+    assert format_time(parse_time(value)) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("m1", "m1"), (42, "42"), (3.0, "3"), (1.5, "1.5"), (1e21, "1e+21"), (True, None), (None, None), ({}, None)],
+)
+def test_message_ids(value: Any, expected: str | None) -> None:
+    assert message_id(value) == expected
