@@ -8,6 +8,7 @@ format moves, this is the place to change. Everything here is a pure function of
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -98,14 +99,44 @@ def parse_session(data: bytes) -> ParsedSession:
     except UnicodeDecodeError as exc:
         raise Unreadable(f"invalid UTF-8 at byte {exc.start}") from None
     try:
-        doc = _document.decode(data)
-    except msgspec.ValidationError:
-        raise Unreadable("top level is not a JSON object") from None
-    except msgspec.DecodeError as exc:
-        raise Unreadable(f"invalid JSON: {exc}") from None
+        doc = _decode_document(data)
     except RecursionError:
         raise Unreadable("invalid JSON: nested too deeply") from None
     return _from_document(doc)
+
+
+def _decode_document(data: bytes) -> _Document:
+    try:
+        return _document.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        if "out of range" in str(exc):
+            return _decode_document(_without_huge_numbers(data))
+        if isinstance(exc, msgspec.ValidationError):
+            raise Unreadable("top level is not a JSON object") from None
+        raise Unreadable(f"invalid JSON: {exc}") from None
+
+
+def _without_huge_numbers(data: bytes) -> bytes:
+    """The document re-encoded with numbers beyond the double range as null.
+
+    Such numbers are valid JSON (JavaScript reads them as Infinity) but msgspec refuses to decode
+    them, so the rare file holding one takes this slow path through the standard library.
+    """
+
+    def reject(name: str) -> None:
+        raise Unreadable(f"invalid JSON: {name} is not a JSON value")
+
+    def number(text: str) -> float | None:
+        value = float(text)
+        return None if math.isinf(value) else value
+
+    try:
+        loaded = json.loads(data.decode("utf-8"), parse_constant=reject, parse_float=number)
+        return msgspec.json.encode(loaded)
+    except (ValueError, UnicodeEncodeError) as exc:  # JSONDecodeError is a ValueError
+        raise Unreadable(f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise Unreadable("invalid JSON: nested too deeply") from None
 
 
 def _from_document(doc: _Document) -> ParsedSession:
@@ -202,22 +233,35 @@ def message_id(value: Any) -> str | None:
 
 
 def js_number(value: float) -> str:
-    """A finite float as JavaScript's String(value) prints it."""
-    if value.is_integer() and abs(value) < 1e21:
-        return str(int(value))
-    text = repr(value)
-    if "e" in text:
-        mantissa, exponent = text.split("e")
-        sign = "-" if exponent.startswith("-") else "+"
-        text = f"{mantissa.removesuffix('.0')}e{sign}{int(exponent.lstrip('+-'))}"
-    return text
+    """A finite float as JavaScript's String(value) prints it (ECMAScript Number::toString)."""
+    if value == 0:
+        return "0"
+    if value < 0:
+        return "-" + js_number(-value)
+    # repr gives the shortest digits that round-trip, as ECMAScript requires.
+    mantissa, _, exp = repr(value).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = (whole + fraction).lstrip("0")
+    point = len(whole) + int(exp or 0) - (len(whole + fraction) - len((whole + fraction).lstrip("0")))
+    digits = digits.rstrip("0") or "0"
+    k, n = len(digits), point  # value = 0.<digits> x 10**n
+    if k <= n <= 21:
+        return digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return f"{digits[:n]}.{digits[n:]}"
+    if -6 < n <= 0:
+        return "0." + "0" * -n + digits
+    e = n - 1
+    head = digits if k == 1 else f"{digits[0]}.{digits[1:]}"
+    return f"{head}e{'+' if e >= 0 else '-'}{abs(e)}"
 
 
 # --- times -----------------------------------------------------------------------------------
 
 _ISO_RE = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d+))?)?"
-    r"(?:([Zz])|([+-])(\d{2})(?::?(\d{2}))?)"
+    r"(?:([Zz])|([+-])(\d{2})(?::?(\d{2}))?)",
+    re.ASCII,  # only ASCII digits: "２０２６-11-29T08:00:00Z" is not a time
 )
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _MIN_MS = int((_dt.datetime(1, 1, 1, tzinfo=_dt.timezone.utc) - _EPOCH).total_seconds()) * 1000
