@@ -53,24 +53,34 @@ class _DirtySet:
         self._cond = threading.Condition()
         self._ids: set[str] = set()
         self._overflow = False
-        self.last_event_at: float | None = None
+        # When the oldest change not yet applied was seen: the watcher's lag is the age of this.
+        self.oldest_pending_at: float | None = None
 
     def add(self, session_id: str) -> None:
         with self._cond:
             self._ids.add(session_id)
-            self.last_event_at = time.monotonic()
+            if self.oldest_pending_at is None:
+                self.oldest_pending_at = time.monotonic()
             self._cond.notify_all()
 
     def overflow(self) -> None:
         with self._cond:
             self._overflow = True
+            if self.oldest_pending_at is None:
+                self.oldest_pending_at = time.monotonic()
             self._cond.notify_all()
 
     def take(self) -> tuple[set[str], bool]:
         with self._cond:
             ids, overflow = self._ids, self._overflow
-            self._ids, self._overflow = set(), False
+            self._ids, self._overflow, self.oldest_pending_at = set(), False, None
             return ids, overflow
+
+    def lag(self) -> tuple[float, int]:
+        """(seconds since the oldest change not yet taken for re-indexing, changes pending)."""
+        with self._cond:
+            since = self.oldest_pending_at
+            return (0.0 if since is None else time.monotonic() - since), len(self._ids)
 
     def wait(self, timeout: float) -> bool:
         with self._cond:

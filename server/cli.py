@@ -128,11 +128,36 @@ def watch(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bo
 @click.option(
     "--source-session",
     envvar="CCWEB_SOURCE_SESSION_ID",
-    help="The conversation this server answers for (env CCWEB_SOURCE_SESSION_ID).",
+    help="The conversation this server answers for (env CCWEB_SOURCE_SESSION_ID). Stdio only: over HTTP "
+    "the source comes with each request, in the X-Ccweb-Source-Session header.",
 )
 @click.option("--no-watch", is_flag=True, help="Do not run a watcher in this process.")
 @click.option("--poll", is_flag=True, help="Poll instead of using inotify.")
+@click.option(
+    "--transport",
+    type=click.Choice(["stdio", "http"]),
+    default="stdio",
+    show_default=True,
+    help="stdio: one server per conversation, spawned by the MCP client. http: one shared server (MCP "
+    "Streamable HTTP at /mcp, health at /healthz).",
+)
+@click.option("--host", help="HTTP only: address to listen on.  [default: 127.0.0.1]")
+@click.option("--port", type=click.IntRange(0, 65535), help="HTTP only: port to listen on (0: any free port).  [default: 8765]")
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=str),
+    help="HTTP only: file holding the bearer token clients must send (else env CCWEB_INDEX_TOKEN). "
+    "Required to listen on a non-loopback address.",
+)
+@click.option(
+    "--allowed-host",
+    multiple=True,
+    help="HTTP only: another name clients may reach this server by (Host/Origin header), e.g. "
+    "ccweb.internal or ccweb.internal:8765. Repeatable. The loopback names are always allowed.",
+)
+@click.pass_context
 def serve(
+    ctx: click.Context,
     sessions_dir: str,
     db: str | None,
     max_session_bytes: int,
@@ -140,8 +165,21 @@ def serve(
     source_session: str | None,
     no_watch: bool,
     poll: bool,
+    transport: str,
+    host: str | None,
+    port: int | None,
+    token_file: str | None,
+    allowed_host: tuple[str, ...],
 ) -> None:
-    """Serve the MCP tools over stdio."""
+    """Serve the MCP tools over stdio (default) or as one shared Streamable HTTP server."""
+    if transport == "http":
+        _serve_http(ctx, sessions_dir, db, max_session_bytes, verbose, no_watch, poll, host, port, token_file, allowed_host)
+        return
+    http_only = [name for name, value in (("--host", host), ("--port", port), ("--token-file", token_file),
+                                          ("--allowed-host", allowed_host or None)) if value is not None]  # fmt: skip
+    if http_only:
+        raise click.UsageError(f"{', '.join(http_only)} only apply to --transport http")
+
     import anyio
 
     from server.app import serve_stdio
@@ -157,6 +195,49 @@ def serve(
         pass
     finally:
         service.close()
+
+
+def _serve_http(
+    ctx: click.Context,
+    sessions_dir: str,
+    db: str | None,
+    max_session_bytes: int,
+    verbose: bool,
+    no_watch: bool,
+    poll: bool,
+    host: str | None,
+    port: int | None,
+    token_file: str | None,
+    allowed_host: tuple[str, ...],
+) -> None:
+    from server.http import HttpOptions, StartupError, bind_sockets, check_bind, load_token, serve_http
+
+    _setup_logging(verbose)
+    if ctx.get_parameter_source("source_session") == click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError(
+            "--source-session does not apply to --transport http: each client sends its conversation "
+            "in the X-Ccweb-Source-Session header"
+        )
+    options = HttpOptions(
+        host=host or "127.0.0.1",
+        port=8765 if port is None else port,
+        allowed_hosts=allowed_host,
+        watch=not no_watch,
+        verbose=verbose,
+    )
+    try:
+        options.token = load_token(token_file)
+        check_bind(options.host, options.token)  # refusals come before the index is even opened
+        sockets = bind_sockets(options.host, options.port)
+    except StartupError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        service = _open_service(sessions_dir, db, max_session_bytes, watch=options.watch, poll=poll)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    sys.exit(serve_http(service, options, sockets))
 
 
 @main.command()

@@ -76,12 +76,15 @@ class Service:
         self.watcher: Watcher | None = None
         self._want_watch = watch
         self._poll = poll
+        self._closed = False
 
     # --- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Bring the index in line (and start the watcher). Calls made meanwhile wait for it."""
         with self.indexer.lock:
+            if self._closed:
+                return
             if self._want_watch and os.path.isdir(self.sessions_dir):
                 self.watcher = start_watcher(self.indexer, poll=self._poll)
             else:
@@ -103,8 +106,12 @@ class Service:
         ready.wait()
 
     def close(self) -> None:
-        if self.watcher is not None:
-            self.watcher.stop()
+        with self.indexer.lock:  # waits for a start in progress; no start begins after this
+            self._closed = True
+            watcher, self.watcher = self.watcher, None
+        # Stopped outside the lock: the watcher's applier may be waiting for it.
+        if watcher is not None:
+            watcher.stop()
         with self.indexer.lock:
             self.conn.close()
 

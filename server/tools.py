@@ -55,6 +55,12 @@ def valid_source(source: str | None) -> str | None:
     return source if is_valid_id(source) else None
 
 
+_SOURCE_SETTINGS = (
+    "it comes from CCWEB_SOURCE_SESSION_ID or --source-session for stdio, and from the "
+    "X-Ccweb-Source-Session header over HTTP; it is unset or not a valid id"
+)
+
+
 def requested_conversation(arguments: dict[str, Any], source: str | None) -> str:
     """The conversation whose inputs are wanted: an explicit id, else the caller's own conversation."""
     value = arguments.get("conversationId")
@@ -69,8 +75,8 @@ def requested_conversation(arguments: dict[str, Any], source: str | None) -> str
     if valid_source(source) is None:
         raise ToolError(
             "missing_source_conversation",
-            "No conversationId was given and this server was not started for a conversation "
-            "(CCWEB_SOURCE_SESSION_ID / --source-session is unset or invalid). Pass conversationId explicitly.",
+            "No conversationId was given and this server was not told which conversation you are running "
+            f"in ({_SOURCE_SETTINGS}). Pass conversationId explicitly.",
         )
     return source  # type: ignore[return-value]
 
@@ -95,8 +101,8 @@ def missing_source_for_children() -> ToolError:
     return ToolError(
         "missing_source_conversation",
         'scope "children" lists the conversations created by the conversation you are running in, '
-        "but this server was not started for a conversation (CCWEB_SOURCE_SESSION_ID / --source-session "
-        'is unset or invalid). Use scope "all" instead.',
+        f"but this server was not told which conversation you are running in ({_SOURCE_SETTINGS}). "
+        'Use scope "all" instead.',
     )
 
 

@@ -1,0 +1,468 @@
+"""The shared server: MCP over Streamable HTTP for a whole installation, with a token and a watcher.
+
+One long-running process answers every agent's MCP client. It is the stdio server's `Service` and
+`build_server` behind the official SDK's Streamable HTTP transport; only where the source
+conversation comes from differs: per request, from the `X-Ccweb-Source-Session` header.
+
+Layers, outside in:
+
+- `_Guard` (pure ASGI): with a token configured, every request except `GET /healthz` must carry
+  `Authorization: Bearer <token>` (constant-time comparison) or gets a bare 401.
+- `/mcp`: the SDK's Streamable HTTP app, with its DNS-rebinding protection (`Host`, and `Origin`
+  when sent, must name this server). `/healthz` applies the same check.
+- uvicorn, on sockets bound here (so `--port 0` works and bind errors are reported plainly), with
+  SIGTERM/SIGINT handled as a drain: stop accepting, let in-flight calls answer, close, exit 0.
+
+POST responses are plain JSON (`json_response=True`): a tool call's answer is not an SSE stream, so
+the SSE library's shutdown hook (it ends every open event stream as soon as uvicorn is asked to
+exit) only ends the clients' idle notification streams (GET), never an answer in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hmac
+import ipaddress
+import logging
+import os
+import signal
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+log = logging.getLogger("ccweb_index")
+
+SOURCE_HEADER = "X-Ccweb-Source-Session"
+TOKEN_ENV = "CCWEB_INDEX_TOKEN"
+MCP_PATH = "/mcp"
+HEALTH_PATH = "/healthz"
+# Long enough for any call to finish (a call waits at most the database busy timeout, 30 s).
+GRACEFUL_SHUTDOWN_SECONDS = 35.0
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+class StartupError(Exception):
+    """A configuration the server refuses to start with; the message says what to change."""
+
+
+# --- configuration --------------------------------------------------------------------------------
+
+
+def load_token(token_file: str | None, environ: dict[str, str] | None = None) -> str | None:
+    """The bearer token: from `--token-file` if given, else `CCWEB_INDEX_TOKEN`; None if neither.
+
+    Surrounding whitespace (a trailing newline) is ignored. An empty token file is an error, an empty
+    variable counts as unset.
+    """
+    environ = os.environ if environ is None else environ  # type: ignore[assignment]
+    if token_file is not None:
+        try:
+            with open(token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StartupError(f"cannot read the token file {token_file!r}: {exc}") from None
+        if not token:
+            raise StartupError(f"the token file {token_file!r} is empty")
+        _warn_if_readable_by_others(token_file)
+        origin = f"--token-file {token_file}"
+    else:
+        token = (environ.get(TOKEN_ENV) or "").strip()
+        if not token:
+            return None
+        origin = TOKEN_ENV
+    if not all(0x21 <= ord(c) <= 0x7E for c in token):
+        raise StartupError(f"the token from {origin} must be printable ASCII without spaces (it goes in an HTTP header)")
+    if len(token) < 16:
+        log.warning("the token from %s is short (%d characters); use 32 or more random characters", origin, len(token))
+    return token
+
+
+def _warn_if_readable_by_others(path: str) -> None:
+    with contextlib.suppress(OSError):
+        if os.stat(path).st_mode & 0o077:
+            log.warning("the token file %s is readable by other users; chmod 600 it", path)
+
+
+def is_loopback(host: str) -> bool:
+    """True when every address `host` stands for is a loopback address."""
+    name = host.strip("[]")
+    if name.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+def _host_name(host: str) -> str:
+    """How `host` appears in a Host header: IPv6 addresses in brackets."""
+    name = host.strip("[]").lower()
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(name).version == 6:
+            return f"[{name}]"
+    return name
+
+
+def _host_patterns(value: str) -> list[str]:
+    """Host header patterns for one `--allowed-host` value: with a port, exactly; without, any port."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        has_port = "]:" in value
+    elif value.count(":") == 1:
+        has_port = True
+    else:
+        has_port = False
+        value = _host_name(value)
+    return [value] if has_port else [value, f"{value}:*"]
+
+
+def transport_security(bind_host: str, allowed_hosts: Sequence[str] = ()):  # type: ignore[no-untyped-def]
+    """DNS-rebinding protection: the loopback names, the bound address and `--allowed-host` names."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    names = list(_LOOPBACK_NAMES)
+    bound = _host_name(bind_host)
+    if bound not in names and bound not in ("0.0.0.0", "[::]", ""):
+        names.append(bound)
+    hosts: list[str] = []
+    for name in names:
+        hosts += [name, f"{name}:*"]
+    for value in allowed_hosts:
+        hosts += _host_patterns(value)
+    hosts = list(dict.fromkeys(hosts))
+    origins = [f"{scheme}://{host}" for host in hosts for scheme in ("http", "https")]
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
+# --- the source conversation, per request -----------------------------------------------------------
+
+
+def source_from_request(ctx: Any) -> str | None:
+    """The caller's conversation: the `X-Ccweb-Source-Session` header of this very request.
+
+    No header, or several that disagree, means no source (the tools then say so where they need one).
+    """
+    request = getattr(ctx, "request", None)
+    if request is None:
+        return None
+    values = set(request.headers.getlist(SOURCE_HEADER))
+    source = values.pop().strip() if len(values) == 1 else None
+    log.debug("tool call %s (source %s)", getattr(ctx, "request_id", None), source)
+    return source or None
+
+
+# --- the guard ---------------------------------------------------------------------------------------
+
+
+class _Guard:
+    """Bearer-token check in front of everything but `GET /healthz`. Failing requests get a bare 401."""
+
+    def __init__(self, app: Any, token: str | None) -> None:
+        self.app = app
+        self._token = None if token is None else token.encode("ascii")
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self._token is not None and not self._open(scope) and not self._authorized(scope):
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"www-authenticate", b"Bearer"), (b"content-length", b"0")]})  # fmt: skip
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        # The SSE library ends open event streams at shutdown without the final chunk; finish them
+        # here so clients see a clean end of stream rather than a truncated response.
+        started = finished = False
+
+        async def tracking_send(message: Any) -> None:
+            nonlocal started, finished
+            if message["type"] == "http.response.start":
+                started = True
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                finished = True
+            await send(message)
+
+        await self.app(scope, receive, tracking_send)
+        if started and not finished:
+            with contextlib.suppress(Exception):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    @staticmethod
+    def _open(scope: Any) -> bool:
+        return scope["method"] == "GET" and scope["path"] == HEALTH_PATH
+
+    def _authorized(self, scope: Any) -> bool:
+        values = [v for k, v in scope["headers"] if k == b"authorization"]
+        if len(values) != 1:
+            return False
+        scheme, _, credentials = values[0].partition(b" ")
+        if scheme.lower() != b"bearer":
+            return False
+        assert self._token is not None
+        return hmac.compare_digest(credentials.strip(), self._token)
+
+
+# --- health --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    """What /healthz reports besides the index: whether the first indexing pass is done."""
+
+    ready: threading.Event = field(default_factory=threading.Event)
+    start_failed: bool = False
+
+
+def _iso(ns: object) -> str | None:
+    if not isinstance(ns, int):
+        return None
+    when = datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+
+
+def watcher_lag(watcher: Any) -> tuple[float, int]:
+    """(seconds since the oldest change the watcher saw and has not applied, changes pending)."""
+    dirty = getattr(watcher, "dirty", None)
+    return (0.0, 0) if dirty is None else dirty.lag()
+
+
+def health(service: Any, state: _State, watch: bool) -> dict[str, Any]:
+    """The /healthz document: counts and liveness only, never a session's id, title or content."""
+    from server import queries
+
+    doc: dict[str, Any] = {"ok": False, "status": "ready" if state.ready.is_set() else "starting"}
+    try:
+        # A connection of its own, read-only: never waits for the service's lock or a writer.
+        conn = sqlite3.connect(f"file:{service.db_path}?mode=ro", uri=True, timeout=2.0)
+        try:
+            counts = queries.counts(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        doc.update(status="index unavailable", error=type(exc).__name__)
+        counts = None
+    watcher = service.watcher
+    running = bool(watcher is not None and watcher.running)
+    lag, pending = watcher_lag(watcher) if running else (0.0, 0)
+    doc["watcher"] = {"enabled": watch, "running": running, "lagSeconds": round(lag, 4), "pendingEvents": pending}
+    if counts is not None:
+        doc["sessions"] = counts["sessions"]
+        doc["unreadable"] = counts["unreadable"]
+        doc["lastReconcile"] = _iso(counts["last_reconcile_ns"])
+        if state.ready.is_set():
+            if state.start_failed:
+                doc["status"] = "initial indexing failed"
+            elif watch and not running:
+                doc["status"] = "watcher not running"
+            else:
+                doc["ok"] = True
+    return doc
+
+
+# --- the app -------------------------------------------------------------------------------------------
+
+
+def build_app(
+    service: Any,
+    *,
+    token: str | None,
+    security: Any,
+    state: _State | None = None,
+    watch: bool = True,
+    source_of: Callable[[Any], str | None] = source_from_request,
+) -> Any:
+    """The ASGI app: `/mcp` (the SDK's Streamable HTTP transport) and `/healthz`, behind the guard."""
+    import anyio
+    from mcp.server.transport_security import TransportSecurityMiddleware
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    from server.app import build_server
+
+    state = state or _State()
+    host_check = TransportSecurityMiddleware(security)
+
+    async def healthz(request: Request) -> Response:
+        refused = await host_check.validate_request(request)
+        if refused is not None:
+            return refused
+        doc = await anyio.to_thread.run_sync(health, service, state, watch)
+        return JSONResponse(doc, status_code=200 if doc["ok"] else 503, headers={"Cache-Control": "no-store"})
+
+    mcp_server = build_server(service, source_of)
+    app = mcp_server.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        json_response=True,
+        transport_security=security,
+        custom_starlette_routes=[Route(HEALTH_PATH, healthz, methods=["GET"])],
+    )
+    return _Guard(app, token)
+
+
+# --- running ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class HttpOptions:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    token: str | None = None
+    allowed_hosts: Sequence[str] = ()
+    watch: bool = True
+    verbose: bool = False
+
+
+def check_bind(host: str, token: str | None) -> None:
+    if token is None and not is_loopback(host):
+        raise StartupError(
+            f"refusing to listen on {host}, which is not a loopback address, without a token: a token is "
+            f"required (set {TOKEN_ENV} or pass --token-file), or listen on 127.0.0.1"
+        )
+
+
+def bind_sockets(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for every address `host` resolves to, all on one port (`port` 0: a free one).
+
+    An address family the machine lacks (e.g. IPv6 disabled) is skipped; any other failure, such as
+    the port being in use, stops the start.
+    """
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise StartupError(f"cannot resolve --host {host!r}: {exc.strerror or exc}") from None
+    sockets: list[socket.socket] = []
+    skipped: list[str] = []
+    seen: set[tuple[int, str]] = set()
+    try:
+        for family, type_, proto, _, addr in infos:
+            if (family, addr[0]) in seen:
+                continue
+            seen.add((family, addr[0]))
+            if sockets:  # the others take the first one's port, so `--port 0` gives one port for all
+                addr = (addr[0], sockets[0].getsockname()[1], *addr[2:])
+            try:
+                sock = socket.socket(family, type_, proto)
+            except OSError as exc:
+                skipped.append(f"{addr[0]} ({exc.strerror or exc})")
+                continue
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(addr)
+                sock.listen(2048)
+                sock.setblocking(False)
+            except OSError as exc:
+                sock.close()
+                if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                    skipped.append(f"{addr[0]} ({exc.strerror or exc})")
+                    continue
+                raise StartupError(f"cannot listen on {_host_name(addr[0])}:{addr[1]}: {exc.strerror or exc}") from None
+            sockets.append(sock)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    if not sockets:
+        raise StartupError(f"cannot listen on {host}:{port}: " + ", ".join(skipped))
+    for what in skipped:
+        log.warning("not listening on %s", what)
+    return sockets
+
+
+def _url(sock: socket.socket) -> str:
+    address, port = sock.getsockname()[:2]
+    return f"http://{_host_name(address)}:{port}{MCP_PATH}"
+
+
+def _make_uvicorn_server(app: Any, verbose: bool):  # type: ignore[no-untyped-def]
+    import uvicorn
+
+    class _Server(uvicorn.Server):
+        """uvicorn, with SIGTERM/SIGINT ending `serve()` normally (uvicorn re-raises them after)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            originals = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in originals.items():
+                    signal.signal(sig, handler)
+
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        access_log=verbose,
+        lifespan="on",
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        server_header=False,
+    )
+    return _Server(config)
+
+
+def serve_http(service: Any, options: HttpOptions, sockets: list[socket.socket] | None = None) -> int:
+    """Run until SIGTERM/SIGINT; the service is closed on the way out. Returns the exit status.
+
+    `sockets`: already listening (see `bind_sockets`), else bound here from `options`.
+    """
+    check_bind(options.host, options.token)
+    if not options.verbose:
+        logging.getLogger("mcp").setLevel(logging.WARNING)  # one INFO line per MCP session opened or closed
+    security = transport_security(options.host, options.allowed_hosts)
+    if sockets is None:
+        sockets = bind_sockets(options.host, options.port)
+
+    state = _State()
+
+    def start() -> None:
+        try:
+            service.start()
+        except Exception:
+            state.start_failed = True
+            log.exception("initial indexing failed; calls will index what they need")
+        finally:
+            state.ready.set()
+
+    app = build_app(service, token=options.token, security=security, state=state, watch=options.watch)
+    server = _make_uvicorn_server(app, options.verbose)
+    # A signal before uvicorn takes over (it installs its own handlers in serve()) still stops cleanly.
+    previous = {
+        sig: signal.signal(sig, lambda *_: setattr(server, "should_exit", True)) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    starter = threading.Thread(target=start, name="ccweb-index-start", daemon=True)
+    starter.start()
+    for sock in sockets:
+        log.info("serving MCP on %s", _url(sock))
+    if options.token is None:
+        log.info("no token configured: any local process can call this server")
+    try:
+        asyncio.run(server.serve(sockets=sockets))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+        if not state.ready.is_set():
+            log.info("waiting for the initial indexing to finish before closing the index")
+        starter.join()
+        service.close()
+        log.info("stopped")
+    return 0
