@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -18,7 +19,13 @@ from hypothesis import HealthCheck, settings
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-CCWEB_INDEX = shutil.which("ccweb-index")
+def _installed_command() -> str | None:
+    # The command installed beside the interpreter running the tests, whether or not its venv is on PATH.
+    beside = Path(sys.executable).parent / "ccweb-index"
+    return str(beside) if beside.exists() else shutil.which("ccweb-index")
+
+
+CCWEB_INDEX = _installed_command()
 
 # "ci" keeps the suite fast; HYPOTHESIS_PROFILE=long is the thorough run (thousands of examples).
 settings.register_profile(
