@@ -42,6 +42,7 @@ def connect(path: Path) -> sqlite3.Connection:
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA cache_size = -32000")  # 32 MB: a build's index inserts stay in memory
     return conn
 
 

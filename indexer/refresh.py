@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 import threading
 import time
@@ -14,16 +13,13 @@ from indexer import store
 from indexer.db import get_meta, set_meta, write_transaction
 from indexer.files import (
     DEFAULT_MAX_SESSION_BYTES,
-    NotASession,
     Signature,
-    TooLarge,
     dir_signature,
     is_racy,
     list_sessions,
     lstat_session,
-    read_session_file,
 )
-from indexer.sessionfile import ParsedSession, Unreadable, parse_session
+from indexer.load import Loaded, load_many
 
 log = logging.getLogger("ccweb_index")
 
@@ -39,16 +35,6 @@ class RefreshStats:
     removed: int = 0
     unreadable: int = 0
     changed: set[str] = field(default_factory=set)
-
-
-@dataclass(frozen=True, slots=True)
-class _Loaded:
-    session_id: str
-    sig: Signature
-    racy: bool
-    parsed: ParsedSession | None
-    error: str | None
-    size: int
 
 
 class Indexer:
@@ -138,11 +124,9 @@ class Indexer:
         progress: Callable[[int, int], None] | None = None,
     ) -> RefreshStats:
         stats = RefreshStats()
-        ids = list(ids)
         gone: list[str] = []
-        pending: list[_Loaded] = []
-        pending_bytes = 0
-        for done, session_id in enumerate(ids, 1):
+        wanted: list[tuple[str, int]] = []
+        for session_id in ids:
             stats.examined += 1
             st = lstat_session(self.sessions_dir, session_id)
             known = stored.get(session_id)
@@ -150,56 +134,30 @@ class Indexer:
                 if known is not None:
                     gone.append(session_id)
             elif known is None or known.racy or known.sig != Signature.of(st):
-                loaded = self._load(session_id)
-                if loaded is None:
-                    if known is not None:
-                        gone.append(session_id)
-                else:
-                    pending.append(loaded)
-                    pending_bytes += loaded.size
+                wanted.append((session_id, st.st_size))
+        pending: list[Loaded] = []
+        pending_bytes = 0
+        loads = load_many(self.sessions_dir, wanted, self.max_session_bytes)
+        for done, (session_id, loaded) in enumerate(loads, 1):
+            if loaded is None:
+                if session_id in stored:
+                    gone.append(session_id)
+            else:
+                pending.append(loaded)
+                pending_bytes += loaded.size
             if len(pending) >= _BATCH_FILES or pending_bytes >= _BATCH_BYTES:
-                self._write(pending, [], stored, stats)
+                self._write(pending, [], stats)
                 pending, pending_bytes = [], 0
             if progress is not None:
-                progress(done, len(ids))
-        self._write(pending, gone, stored, stats)
+                progress(done, len(wanted))
+        self._write(pending, gone, stats)
         return stats
 
-    def _load(self, session_id: str) -> _Loaded | None:
-        path = os.path.join(self.sessions_dir, session_id + ".json")
-        try:
-            data, sig, looked_at = read_session_file(path, self.max_session_bytes)
-        except NotASession:
-            return None
-        except TooLarge as exc:
-            st = lstat_session(self.sessions_dir, session_id)
-            if st is None:
-                return None
-            sig = Signature.of(st)
-            return _Loaded(session_id, sig, False, None, str(exc), 0)
-        except OSError as exc:
-            st = lstat_session(self.sessions_dir, session_id)
-            if st is None:
-                return None
-            sig = Signature.of(st)
-            return _Loaded(session_id, sig, is_racy(sig, time.time_ns()), None, f"cannot read: {exc.strerror or exc}", 0)
-        racy = is_racy(sig, looked_at)
-        try:
-            return _Loaded(session_id, sig, racy, parse_session(data), None, len(data))
-        except Unreadable as exc:
-            return _Loaded(session_id, sig, racy, None, exc.reason, len(data))
-
-    def _write(
-        self, loaded: list[_Loaded], gone: list[str], stored: dict[str, store.Stored], stats: RefreshStats
-    ) -> None:
+    def _write(self, loaded: list[Loaded], gone: list[str], stats: RefreshStats) -> None:
         if not loaded and not gone:
             return
         with write_transaction(self.conn):
-            for item in loaded:
-                if item.parsed is not None:
-                    store.record_parsed(self.conn, item.session_id, item.sig, item.racy, item.parsed)
-                else:
-                    store.record_unreadable(self.conn, item.session_id, item.sig, item.racy, item.error or "")
+            store.record_loaded(self.conn, loaded)
             store.forget(self.conn, gone)
         for item in loaded:
             stats.read += 1
@@ -212,7 +170,7 @@ class Indexer:
         stats.removed += len(gone)
         stats.changed.update(gone)
 
-    def _log_unreadable(self, item: _Loaded) -> None:
+    def _log_unreadable(self, item: Loaded) -> None:
         # Once per file state: a racy file is re-read until it settles, and must not flood the log.
         if self._logged_errors.get(item.session_id) != (item.sig, item.error):
             self._logged_errors[item.session_id] = (item.sig, item.error or "")

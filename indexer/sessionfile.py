@@ -70,6 +70,11 @@ class _Message(msgspec.Struct):
     ccwebPrompt: msgspec.Raw = msgspec.Raw(b"null")
 
 
+class _Block(msgspec.Struct):
+    type: Any = None
+    text: Any = None
+
+
 class _Document(msgspec.Struct):
     title: Any = None
     agent: Any = None
@@ -84,6 +89,7 @@ _document = msgspec.json.Decoder(_Document)
 _messages = msgspec.json.Decoder(list[_Message])
 _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
 _message = msgspec.json.Decoder(_Message)
+_blocks = msgspec.json.Decoder(list[str | _Block])
 _any = msgspec.json.Decoder()
 
 
@@ -151,26 +157,30 @@ def _from_document(doc: _Document) -> ParsedSession:
         parsed.created_from_source = source if isinstance(source, str) else None
 
     messages = _decode_messages(doc.messages)
+    created = parse_time(doc.createdAt)
+    updated = parse_time(doc.updatedAt)
+    # Message times matter for user inputs, and for the session's own times only as fallbacks:
+    # most files carry both, so the other messages' times are left unparsed.
+    need_first, need_newest = created is None, updated is None
     first_time: int | None = None
     newest_time: int | None = None
     for message in messages:
         if message is None:
             continue
-        when = parse_time(message.timestamp if message.createdAt is None else message.createdAt)
-        if when is not None:
-            if first_time is None:
-                first_time = when
-            if newest_time is None or when > newest_time:
-                newest_time = when
-        if message.role == "user":
-            text = message_text(message.content)
-            if text and not text.isspace():
+        text = message_text(message.content) if message.role == "user" else ""
+        is_input = bool(text) and not text.isspace()
+        if is_input or need_newest or (need_first and first_time is None):
+            when = parse_time(message.timestamp if message.createdAt is None else message.createdAt)
+            if when is not None:
+                if first_time is None:
+                    first_time = when
+                if newest_time is None or when > newest_time:
+                    newest_time = when
+            if is_input:
                 parsed.user_inputs.append(UserInput(message_id(message.id), when, text))
 
     parsed.status = _status(doc.status, messages[-1] if messages else None)
-    created = parse_time(doc.createdAt)
     parsed.created_at_ms = created if created is not None else first_time
-    updated = parse_time(doc.updatedAt)
     parsed.updated_at_ms = updated if updated is not None else newest_time
     return parsed
 
@@ -211,10 +221,18 @@ def message_text(raw: msgspec.Raw) -> str:
         return _any.decode(raw)
     if head != b"[":
         return ""
+    try:
+        # Typed blocks skip what is not text (tool results, images) without building it.
+        items: list[Any] = _blocks.decode(raw)
+    except msgspec.ValidationError:  # an item that is neither a string nor an object
+        items = _any.decode(raw)
     parts: list[str] = []
-    for item in _any.decode(raw):
+    for item in items:
         if isinstance(item, str):
             parts.append(item)
+        elif isinstance(item, _Block):
+            if item.type == "text" and isinstance(item.text, str):
+                parts.append(item.text)
         elif isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
             parts.append(item["text"])
     return "\n".join(parts)
@@ -263,9 +281,9 @@ _ISO_RE = re.compile(
     r"(?:([Zz])|([+-])(\d{2})(?::?(\d{2}))?)",
     re.ASCII,  # only ASCII digits: "２０２６-11-29T08:00:00Z" is not a time
 )
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-_MIN_MS = int((_dt.datetime(1, 1, 1, tzinfo=_dt.timezone.utc) - _EPOCH).total_seconds()) * 1000
-_MAX_MS = int((_dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=_dt.timezone.utc) - _EPOCH).total_seconds()) * 1000 + 999
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+_MIN_MS = int((_dt.datetime(1, 1, 1, tzinfo=_dt.UTC) - _EPOCH).total_seconds()) * 1000
+_MAX_MS = int((_dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=_dt.UTC) - _EPOCH).total_seconds()) * 1000 + 999
 
 
 def parse_time(value: Any) -> int | None:
@@ -282,7 +300,35 @@ def parse_time(value: Any) -> int | None:
     return None
 
 
+_DAY_MS: dict[str, int] = {}
+
+
 def _parse_iso(text: str) -> int | None:
+    # Fast path for what cc-web writes (JavaScript's toISOString): 2026-11-29T08:00:00.000Z.
+    if (
+        len(text) == 24 and text[23] == "Z" and text[10] == "T" and text[19] == "."
+        and text[13] == ":" and text[16] == ":" and text.isascii()
+    ):  # fmt: skip
+        date = text[:10]
+        day = _DAY_MS.get(date)
+        if day is None:
+            day = _parse_iso_general(date + "T00:00:00.000Z")
+            if day is None:
+                return None
+            if len(_DAY_MS) < 100_000:
+                _DAY_MS[date] = day
+        clock = text[11:13] + text[14:16] + text[17:19] + text[20:23]
+        if not clock.isdigit():
+            return None
+        hour, minute, second = int(clock[0:2]), int(clock[2:4]), int(clock[4:6])
+        if hour > 23 or minute > 59 or second > 59:
+            return None
+        ms = day + ((hour * 60 + minute) * 60 + second) * 1000 + int(clock[6:9])
+        return ms if ms <= _MAX_MS else None
+    return _parse_iso_general(text)
+
+
+def _parse_iso_general(text: str) -> int | None:
     match = _ISO_RE.fullmatch(text)
     if match is None:
         return None

@@ -6,7 +6,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from indexer.files import Signature
-from indexer.sessionfile import ParsedSession
+from indexer.load import Loaded
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,32 +27,29 @@ def stored_signatures(conn: sqlite3.Connection, ids: list[str] | None = None) ->
     return {row[0]: Stored(Signature(*row[1:5]), bool(row[5])) for row in rows}
 
 
-def record_parsed(
-    conn: sqlite3.Connection, session_id: str, sig: Signature, racy: bool, parsed: ParsedSession
-) -> None:
-    updated = parsed.updated_at_ms if parsed.updated_at_ms is not None else sig.mtime_ns // 1_000_000
-    conn.execute(
+def record_loaded(conn: sqlite3.Connection, loaded: list[Loaded]) -> None:
+    """Write a batch of freshly read files: parsed ones replace their rows, unreadable ones are noted."""
+    parsed = [item for item in loaded if item.row is not None]
+    conn.executemany(
         """
         INSERT OR REPLACE INTO sessions (
             id, ino, size, mtime_ns, ctime_ns, racy, error, good, title, agent, agent_key, status,
             created_at_ms, updated_at_ms, created_from_kind, created_from_source, user_input_count
         ) VALUES (?, ?, ?, ?, ?, ?, NULL, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)
         """,
-        (
-            session_id, sig.ino, sig.size, sig.mtime_ns, sig.ctime_ns, int(racy),
-            parsed.title, parsed.agent, None if parsed.agent is None else parsed.agent.lower(), parsed.status,
-            parsed.created_at_ms, updated, parsed.created_from_kind, parsed.created_from_source,
-            len(parsed.user_inputs),
-        ),
-    )  # fmt: skip
-    conn.execute("DELETE FROM user_inputs WHERE session_id = ?", (session_id,))
-    conn.executemany(
-        "INSERT INTO user_inputs (session_id, seq, message_id, created_at_ms, content) VALUES (?, ?, ?, ?, ?)",
         [
-            (session_id, seq, item.message_id, item.created_at_ms, item.content)
-            for seq, item in enumerate(parsed.user_inputs)
+            (item.session_id, item.sig.ino, item.sig.size, item.sig.mtime_ns, item.sig.ctime_ns, int(item.racy), *item.row)  # type: ignore[misc]
+            for item in parsed
         ],
     )
+    conn.executemany("DELETE FROM user_inputs WHERE session_id = ?", [(item.session_id,) for item in parsed])
+    conn.executemany(
+        "INSERT INTO user_inputs (session_id, seq, message_id, created_at_ms, content) VALUES (?, ?, ?, ?, ?)",
+        [(item.session_id, *row) for item in parsed for row in item.inputs],
+    )
+    for item in loaded:
+        if item.row is None:
+            record_unreadable(conn, item.session_id, item.sig, item.racy, item.error or "")
 
 
 def record_unreadable(conn: sqlite3.Connection, session_id: str, sig: Signature, racy: bool, reason: str) -> None:

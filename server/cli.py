@@ -210,7 +210,14 @@ def _serve_http(
     token_file: str | None,
     allowed_host: tuple[str, ...],
 ) -> None:
-    from server.http import HttpOptions, StartupError, bind_sockets, check_bind, load_token, serve_http
+    from server.http import (
+        HttpOptions,
+        StartupError,
+        bind_sockets,
+        check_bind,
+        load_token,
+        serve_http,
+    )
 
     _setup_logging(verbose)
     if ctx.get_parameter_source("source_session") == click.core.ParameterSource.COMMANDLINE:

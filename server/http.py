@@ -31,10 +31,9 @@ import signal
 import socket
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 log = logging.getLogger("ccweb_index")
@@ -228,7 +227,7 @@ class _State:
 def _iso(ns: object) -> str | None:
     if not isinstance(ns, int):
         return None
-    when = datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
+    when = datetime.fromtimestamp(ns / 1e9, tz=UTC)
     return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 
 

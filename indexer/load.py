@@ -1,0 +1,194 @@
+"""Reading and parsing session files, in this process or spread over worker processes.
+
+Parsing is the bulk of a cold build and holds the GIL, so a large batch is parsed in worker
+processes while the parent writes what comes back to SQLite. The workers are plain subprocesses
+(`python -m indexer.load`) speaking pickle over their stdin and stdout: unlike multiprocessing's
+spawn they never re-import the caller's main module, and unlike fork they are safe next to the
+watcher's and the MCP server's threads. At most two chunks per worker are in flight, so memory is
+bounded by the files being parsed, not by the size of the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import select
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from indexer.files import (
+    NotASession,
+    Signature,
+    TooLarge,
+    is_racy,
+    lstat_session,
+    read_session_file,
+)
+from indexer.sessionfile import Unreadable, parse_session
+
+# Below this much to read, worker processes cost more to start than they save.
+PARALLEL_MIN_BYTES = 64 * 1024 * 1024
+_CHUNK_BYTES = 8 * 1024 * 1024
+_CHUNK_FILES = 64
+WORKER_COMMAND = [sys.executable, "-m", "indexer.load"]
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """One file's state, ready for the index. Rows are plain tuples: they cross a pipe cheaply."""
+
+    session_id: str
+    sig: Signature
+    racy: bool
+    error: str | None  # None: it parsed, and `row` and `inputs` hold it
+    size: int
+    row: tuple[object, ...] | None = None
+    inputs: list[tuple[object, ...]] = field(default_factory=list)
+
+
+def load_session(sessions_dir: str, session_id: str, max_bytes: int) -> Loaded | None:
+    """Read and parse one session file; None if it is not (or no longer) a session."""
+    path = os.path.join(sessions_dir, session_id + ".json")
+    try:
+        data, sig, looked_at = read_session_file(path, max_bytes)
+    except NotASession:
+        return None
+    except (TooLarge, OSError) as exc:
+        st = lstat_session(sessions_dir, session_id)
+        if st is None:
+            return None
+        sig = Signature.of(st)
+        reason = str(exc) if isinstance(exc, TooLarge) else f"cannot read: {exc.strerror or exc}"
+        return Loaded(session_id, sig, is_racy(sig, time.time_ns()), reason, 0)
+    racy = is_racy(sig, looked_at)
+    try:
+        parsed = parse_session(data)
+    except Unreadable as exc:
+        return Loaded(session_id, sig, racy, exc.reason, len(data))
+    updated = parsed.updated_at_ms if parsed.updated_at_ms is not None else sig.mtime_ns // 1_000_000
+    row = (
+        parsed.title, parsed.agent, None if parsed.agent is None else parsed.agent.lower(), parsed.status,
+        parsed.created_at_ms, updated, parsed.created_from_kind, parsed.created_from_source,
+        len(parsed.user_inputs),
+    )  # fmt: skip
+    inputs = [(seq, i.message_id, i.created_at_ms, i.content) for seq, i in enumerate(parsed.user_inputs)]
+    return Loaded(session_id, sig, racy, None, len(data), row, inputs)
+
+
+def _load_chunk(sessions_dir: str, session_ids: list[str], max_bytes: int) -> list[Loaded | None]:
+    return [load_session(sessions_dir, session_id, max_bytes) for session_id in session_ids]
+
+
+def load_many(
+    sessions_dir: str, wanted: list[tuple[str, int]], max_bytes: int
+) -> Iterator[tuple[str, Loaded | None]]:
+    """Load (session_id, expected size) pairs, in parallel when there is enough to read."""
+    total = sum(size for _, size in wanted)
+    workers = min(os.cpu_count() or 1, 8)
+    if total < PARALLEL_MIN_BYTES or workers < 2 or len(wanted) < 2:
+        for session_id, _ in wanted:
+            yield session_id, load_session(sessions_dir, session_id, max_bytes)
+        return
+    yield from _load_in_workers(sessions_dir, list(_chunks(wanted)), max_bytes, workers)
+
+
+def _load_in_workers(
+    sessions_dir: str, chunks: list[list[str]], max_bytes: int, workers: int
+) -> Iterator[tuple[str, Loaded | None]]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    procs = [
+        subprocess.Popen(
+            WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
+        for _ in range(min(workers, len(chunks)))
+    ]
+    queues = {proc.stdout.fileno(): (proc, deque[list[str]]()) for proc in procs}  # type: ignore[union-attr]
+    todo = deque(chunks)
+
+    def retire(fd: int) -> None:
+        # A worker died (out of memory, killed): the chunks it held go back to the queue.
+        proc, queue = queues.pop(fd)
+        proc.kill()
+        todo.extendleft(reversed(queue))
+
+    try:
+        for fd, (proc, _) in list(queues.items()):
+            try:
+                _send(proc, (sessions_dir, max_bytes))
+            except OSError:
+                retire(fd)
+        while queues and (todo or any(queue for _, queue in queues.values())):
+            for fd, (proc, queue) in list(queues.items()):
+                while todo and len(queue) < 2:
+                    queue.append(todo.popleft())
+                    try:
+                        _send(proc, queue[-1])
+                    except OSError:
+                        retire(fd)
+                        break
+            # Take results from whichever worker has some, so no worker waits on another.
+            ready, _, _ = select.select([fd for fd, (_, queue) in queues.items() if queue], [], [])
+            for fd in ready:
+                proc, queue = queues[fd]
+                try:
+                    results = pickle.load(proc.stdout)  # type: ignore[arg-type]
+                except (EOFError, pickle.UnpicklingError, OSError):
+                    retire(fd)
+                    continue
+                yield from zip(queue.popleft(), results)
+        while todo:  # no worker left
+            chunk = todo.popleft()
+            yield from zip(chunk, _load_chunk(sessions_dir, chunk, max_bytes))
+    finally:
+        for proc in procs:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # type: ignore[union-attr]
+        for proc in procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _send(proc: subprocess.Popen[bytes], message: object) -> None:
+    assert proc.stdin is not None
+    pickle.dump(message, proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+    proc.stdin.flush()
+
+
+def _worker() -> None:
+    """A worker's loop: settings first, then chunks of ids in, lists of results out, until EOF."""
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sessions_dir, max_bytes = pickle.load(stdin)
+    while True:
+        try:
+            chunk = pickle.load(stdin)
+        except EOFError:
+            return
+        pickle.dump(_load_chunk(sessions_dir, chunk, max_bytes), stdout, protocol=pickle.HIGHEST_PROTOCOL)
+        stdout.flush()
+
+
+def _chunks(wanted: list[tuple[str, int]]) -> Iterator[list[str]]:
+    chunk: list[str] = []
+    chunk_bytes = 0
+    for session_id, size in wanted:
+        chunk.append(session_id)
+        chunk_bytes += size
+        if chunk_bytes >= _CHUNK_BYTES or len(chunk) >= _CHUNK_FILES:
+            yield chunk
+            chunk, chunk_bytes = [], 0
+    if chunk:
+        yield chunk
+
+
+if __name__ == "__main__":
+    # Run the imported module's copy, so results pickle as indexer.load.Loaded, not __main__.Loaded.
+    from indexer.load import _worker as worker
+
+    worker()

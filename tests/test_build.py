@@ -1,0 +1,63 @@
+"""The build: parallel loading gives the same index as loading in-process, and survives dead workers."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import Corpus, session
+from indexer import load
+from server.service import Service
+
+
+def make_corpus(corpus: Corpus) -> None:
+    for n in range(40):
+        inputs = [f"request {n}.{k} 你好 🚀" for k in range(n % 7)]
+        source = {"kind": "mcp", "sourceSessionId": "s0"} if n % 3 == 0 else None
+        corpus.write(f"s{n}", session(*inputs, updated=1795939200000 + n, created_from=source, agent=["claude", "codex"][n % 2]))
+    corpus.write("torn", b'{"messages": [')
+    corpus.write("list", b"[]")
+    (corpus.path / "skip.json.tmp").write_text("{}")
+
+
+def index_rows(db: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    conn = sqlite3.connect(db)
+    columns = "id, error, good, title, agent, status, created_at_ms, updated_at_ms, created_from_kind, created_from_source, user_input_count"
+    sessions = conn.execute(f"SELECT {columns} FROM sessions ORDER BY id").fetchall()
+    inputs = conn.execute("SELECT * FROM user_inputs ORDER BY session_id, seq").fetchall()
+    conn.close()
+    return sessions, inputs
+
+
+def build(corpus: Corpus, db: Path) -> None:
+    svc = Service(corpus.path, db)
+    svc.start()
+    svc.close()
+
+
+def test_parallel_build_equals_in_process_build(corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_corpus(corpus)
+    build(corpus, tmp_path / "serial.sqlite")
+    monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(load, "_CHUNK_FILES", 3)
+    calls: list[int] = []
+    real = load._load_in_workers
+    monkeypatch.setattr(load, "_load_in_workers", lambda *a: calls.append(1) or real(*a))
+    build(corpus, tmp_path / "parallel.sqlite")
+    assert calls, "the parallel path was not taken"
+    serial, parallel = index_rows(tmp_path / "serial.sqlite"), index_rows(tmp_path / "parallel.sqlite")
+    assert parallel == serial
+    assert len(serial[0]) == 42 and len(serial[1]) == sum(n % 7 for n in range(40))
+
+
+def test_a_dead_worker_costs_nothing(corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_corpus(corpus)
+    build(corpus, tmp_path / "serial.sqlite")
+    monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(load, "_CHUNK_FILES", 3)
+    monkeypatch.setattr(load, "WORKER_COMMAND", [sys.executable, "-c", "import sys; sys.exit(3)"])
+    build(corpus, tmp_path / "dead.sqlite")
+    assert index_rows(tmp_path / "dead.sqlite") == index_rows(tmp_path / "serial.sqlite")
