@@ -8,6 +8,7 @@ format moves, this is the place to change. Everything here is a pure function of
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import math
 import re
@@ -345,6 +346,7 @@ def _parse_iso_general(text: str) -> int | None:
     return ms if _MIN_MS <= ms <= _MAX_MS else None
 
 
+@functools.lru_cache(maxsize=16384)  # answers format the same few thousand times over and over
 def format_time(ms: int | None) -> str | None:
     """Epoch ms as ISO-8601 UTC with milliseconds: 2026-11-29T08:00:00.000Z."""
     if ms is None or not _MIN_MS <= ms <= _MAX_MS:

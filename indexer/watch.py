@@ -38,6 +38,14 @@ COALESCE_SECONDS = 0.005
 SYNC_TIMEOUT_SECONDS = 2.0
 
 
+def _cookie_parent() -> str | None:
+    """A memory filesystem if there is one: a cookie is created and removed on every synced call."""
+    for candidate in (os.environ.get("XDG_RUNTIME_DIR"), "/dev/shm"):
+        if candidate and os.path.isdir(candidate) and os.access(candidate, os.W_OK | os.X_OK):
+            return candidate
+    return None  # the system's temporary directory
+
+
 class Watcher(Protocol):
     def start(self) -> None: ...
     def stop(self) -> None: ...
@@ -142,7 +150,7 @@ class InotifyWatcher:
             | C.IN_CREATE | C.IN_DELETE | C.IN_DELETE_SELF | C.IN_MOVE_SELF | C.IN_DONT_FOLLOW | C.IN_ONLYDIR
         )  # fmt: skip
         self._cookie_mask = C.IN_CREATE | C.IN_ONLYDIR
-        self._cookie_dir = tempfile.mkdtemp(prefix="ccweb-index-cookies-")
+        self._cookie_dir = tempfile.mkdtemp(prefix="ccweb-index-cookies-", dir=_cookie_parent())
         self._cookie_serial = itertools.count(1)
         self._cookie_seen = 0
         self._cookie_issued = 0

@@ -34,15 +34,23 @@ def to_call_result(result: ToolResult) -> types.CallToolResult:
     )
 
 
-def build_server(service: Service, source_of: SourceOf) -> Server[Any]:
-    """`source_of` tells, per request, which conversation the caller runs in (never the LLM's choice)."""
+def build_server(service: Service, source_of: SourceOf, *, in_thread: bool = True) -> Server[Any]:
+    """`source_of` tells, per request, which conversation the caller runs in (never the LLM's choice).
+
+    `in_thread`: run each call in a worker thread, so that concurrent clients (HTTP) are served while
+    one call waits on SQLite or a file. A stdio server has one client and one call at a time, and
+    saves the thread hop.
+    """
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=_TOOL_LIST)
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
-        # Tools block on SQLite and file reads; a worker thread keeps the event loop answering.
-        result = await anyio.to_thread.run_sync(service.call, params.name, params.arguments, source_of(ctx))
+        source = source_of(ctx)
+        if in_thread:
+            result = await anyio.to_thread.run_sync(service.call, params.name, params.arguments, source)
+        else:
+            result = service.call(params.name, params.arguments, source)
         return to_call_result(result)
 
     return Server(
@@ -59,6 +67,6 @@ def build_server(service: Service, source_of: SourceOf) -> Server[Any]:
 
 
 async def serve_stdio(service: Service, source: str | None) -> None:
-    server = build_server(service, lambda ctx: source)
+    server = build_server(service, lambda ctx: source, in_thread=False)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())

@@ -172,6 +172,10 @@ def conversation_row(row: Any) -> dict[str, Any]:
 # --- what tools/list shows -------------------------------------------------------------------
 
 _NULLABLE_STRING = {"type": ["string", "null"]}
+_INPUT_FIELDS = ("messageId", "createdAt", "content", "contentChars", "originalChars", "truncated")
+_CONVERSATION_FIELDS = (
+    "conversationId", "title", "agent", "status", "createdAt", "updatedAt", "createdFromKind", "userInputCount",
+)  # fmt: skip
 
 USER_INPUTS_TOOL: dict[str, Any] = {
     "name": LIST_USER_INPUTS,
@@ -225,18 +229,12 @@ USER_INPUTS_TOOL: dict[str, Any] = {
             "hasMore": {"type": "boolean"},
             "inputs": {
                 "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "messageId": _NULLABLE_STRING,
-                        "createdAt": _NULLABLE_STRING,
-                        "content": {"type": "string"},
-                        "contentChars": {"type": "integer"},
-                        "originalChars": {"type": "integer"},
-                        "truncated": {"type": "boolean"},
-                    },
-                    "required": ["messageId", "createdAt", "content", "contentChars", "originalChars", "truncated"],
-                },
+                "description": "Oldest first. Each: messageId (string|null), createdAt (ISO-8601 UTC "
+                "string|null), content (string), contentChars, originalChars (integers, code points), "
+                "truncated (boolean).",
+                # Item fields are named, not typed, here: a typed item schema costs every validating
+                # client ~7x more per call than the whole rest of the call (docs/benchmarks.md).
+                "items": {"type": "object", "required": list(_INPUT_FIELDS)},
             },
         },
         "required": ["conversationId", "limit", "maxChars", "totalChars", "returnedCount", "hasMore", "inputs"],
@@ -290,23 +288,10 @@ CONVERSATIONS_TOOL: dict[str, Any] = {
             "hasMore": {"type": "boolean"},
             "conversations": {
                 "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "conversationId": {"type": "string"},
-                        "title": _NULLABLE_STRING,
-                        "agent": _NULLABLE_STRING,
-                        "status": {"type": "string"},
-                        "createdAt": _NULLABLE_STRING,
-                        "updatedAt": {"type": "string"},
-                        "createdFromKind": _NULLABLE_STRING,
-                        "userInputCount": {"type": "integer"},
-                    },
-                    "required": [
-                        "conversationId", "title", "agent", "status",
-                        "createdAt", "updatedAt", "createdFromKind", "userInputCount",
-                    ],
-                },
+                "description": "Most recently updated first. Each: conversationId (string), title, agent "
+                "(string|null), status (string), createdAt (ISO-8601 UTC string|null), updatedAt (ISO-8601 "
+                "UTC string), createdFromKind (string|null), userInputCount (integer).",
+                "items": {"type": "object", "required": list(_CONVERSATION_FIELDS)},
             },
         },
         "required": ["scope", "sourceConversationId", "limit", "returnedCount", "hasMore", "conversations"],
