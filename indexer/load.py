@@ -20,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from indexer.files import (
     NotASession,
@@ -84,6 +85,21 @@ def _load_chunk(sessions_dir: str, session_ids: list[str], max_bytes: int) -> li
     return [load_session(sessions_dir, session_id, max_bytes) for session_id in session_ids]
 
 
+# Across the pipe, a Loaded travels as a plain tuple: unpickling a dataclass costs ten times more.
+def _flatten(item: Loaded | None) -> tuple[object, ...] | None:
+    if item is None:
+        return None
+    sig = (item.sig.ino, item.sig.size, item.sig.mtime_ns, item.sig.ctime_ns)
+    return (item.session_id, sig, item.racy, item.error, item.size, item.row, item.inputs)
+
+
+def _unflatten(flat: tuple[Any, ...] | None) -> Loaded | None:
+    if flat is None:
+        return None
+    session_id, sig, racy, error, size, row, inputs = flat
+    return Loaded(session_id, Signature(*sig), racy, error, size, row, inputs)
+
+
 def load_many(
     sessions_dir: str, wanted: list[tuple[str, int]], max_bytes: int
 ) -> Iterator[tuple[str, Loaded | None]]:
@@ -102,9 +118,7 @@ def _load_in_workers(
 ) -> Iterator[tuple[str, Loaded | None]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     procs = [
-        subprocess.Popen(
-            WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
-        )
+        subprocess.Popen(WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0)
         for _ in range(min(workers, len(chunks)))
     ]
     queues = {proc.stdout.fileno(): (proc, deque[list[str]]()) for proc in procs}  # type: ignore[union-attr]
@@ -136,11 +150,11 @@ def _load_in_workers(
             for fd in ready:
                 proc, queue = queues[fd]
                 try:
-                    results = pickle.load(proc.stdout)  # type: ignore[arg-type]
-                except (EOFError, pickle.UnpicklingError, OSError):
+                    results = _receive(fd)
+                except Exception:  # a worker that died or garbled its answer is replaced by this process
                     retire(fd)
                     continue
-                yield from zip(queue.popleft(), results)
+                yield from zip(queue.popleft(), map(_unflatten, results))
         while todo:  # no worker left
             chunk = todo.popleft()
             yield from zip(chunk, _load_chunk(sessions_dir, chunk, max_bytes))
@@ -155,23 +169,50 @@ def _load_in_workers(
                 proc.kill()
 
 
+# Messages are length-prefixed pickles on unbuffered pipes: `select` on the pipe is then exact (no
+# answer can sit unseen in a read-ahead buffer), and a short read is finished, never misparsed.
+
+
 def _send(proc: subprocess.Popen[bytes], message: object) -> None:
     assert proc.stdin is not None
-    pickle.dump(message, proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
-    proc.stdin.flush()
+    _write_frame(proc.stdin.fileno(), message)
+
+
+def _write_frame(fd: int, message: object) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(len(data).to_bytes(8, "little") + data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _receive(fd: int) -> Any:
+    size = int.from_bytes(_read_exactly(fd, 8), "little")
+    return pickle.loads(_read_exactly(fd, size))
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    parts: list[bytes] = []
+    while size:
+        part = os.read(fd, min(size, 1 << 20))
+        if not part:
+            raise EOFError("the worker closed its pipe")
+        parts.append(part)
+        size -= len(part)
+    return b"".join(parts)
 
 
 def _worker() -> None:
     """A worker's loop: settings first, then chunks of ids in, lists of results out, until EOF."""
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    sessions_dir, max_bytes = pickle.load(stdin)
+    # The protocol owns the real stdout; anything else printed here goes to stderr instead.
+    stdin, stdout = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sessions_dir, max_bytes = _receive(stdin)
     while True:
         try:
-            chunk = pickle.load(stdin)
+            chunk = _receive(stdin)
         except EOFError:
             return
-        pickle.dump(_load_chunk(sessions_dir, chunk, max_bytes), stdout, protocol=pickle.HIGHEST_PROTOCOL)
-        stdout.flush()
+        _write_frame(stdout, [_flatten(item) for item in _load_chunk(sessions_dir, chunk, max_bytes)])
 
 
 def _chunks(wanted: list[tuple[str, int]]) -> Iterator[list[str]]:

@@ -24,7 +24,7 @@ from indexer.load import Loaded, load_many
 log = logging.getLogger("ccweb_index")
 
 # Bounds one write transaction, so readers in other processes never wait long.
-_BATCH_FILES = 200
+_BATCH_FILES = 1000
 _BATCH_BYTES = 64 * 1024 * 1024
 
 
@@ -135,6 +135,8 @@ class Indexer:
                     gone.append(session_id)
             elif known is None or known.racy or known.sig != Signature.of(st):
                 wanted.append((session_id, st.st_size))
+        # In key order, a build appends to the tables' B-trees instead of rewriting pages all over them.
+        wanted.sort()
         pending: list[Loaded] = []
         pending_bytes = 0
         loads = load_many(self.sessions_dir, wanted, self.max_session_bytes)

@@ -29,7 +29,7 @@ def stored_signatures(conn: sqlite3.Connection, ids: list[str] | None = None) ->
 
 def record_loaded(conn: sqlite3.Connection, loaded: list[Loaded]) -> None:
     """Write a batch of freshly read files: parsed ones replace their rows, unreadable ones are noted."""
-    parsed = [item for item in loaded if item.row is not None]
+    parsed = sorted((item for item in loaded if item.row is not None), key=lambda item: item.session_id)
     conn.executemany(
         """
         INSERT OR REPLACE INTO sessions (
