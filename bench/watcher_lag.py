@@ -8,6 +8,9 @@ session in place (same inode) with an `updatedAt` newer than every other, and ti
 the write until `ccweb_list_conversations {"limit": 1}` answers with that session on top (calling
 again if it does not). Prints one JSON object: p50/p99/max in milliseconds, and how many writes were
 already visible on the first call after them.
+
+`run_on(sessions, db, ...)` does the same on an existing corpus and index (bench.run uses it) and
+puts every rewritten file back to its original bytes afterwards.
 """
 
 from __future__ import annotations
@@ -15,11 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
 import re
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +34,7 @@ import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from bench.common import ccweb_index_command, clean_env
 from bench.gen_corpus import generate
 
 
@@ -43,11 +45,8 @@ def _percentile(sorted_values: list[float], p: float) -> float:
 
 
 def _start_server(sessions: Path, db: Path, log: Path, token: str, watch: bool) -> tuple[subprocess.Popen[bytes], str]:
-    command = shutil.which("ccweb-index")
-    if command is None:
-        sys.exit("the ccweb-index command is not installed (pip install -e .)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CCWEB_")}
-    env["CCWEB_INDEX_TOKEN"] = token
+    command = ccweb_index_command()
+    env = clean_env(CCWEB_INDEX_TOKEN=token)
     args = [command, "serve", "--transport", "http", "--port", "0", "--sessions-dir", str(sessions), "--db", str(db)]
     if not watch:
         args.append("--no-watch")
@@ -68,10 +67,13 @@ def _start_server(sessions: Path, db: Path, log: Path, token: str, watch: bool) 
                 pass
         time.sleep(0.05)
     proc.kill()
-    sys.exit(f"the server did not become healthy:\n{log.read_text(errors='replace')}")
+    proc.wait()
+    raise RuntimeError(f"the server did not become healthy:\n{log.read_text(errors='replace')[-4000:]}")
 
 
-async def _measure(url: str, token: str, sessions: Path, writes: int, seed: int) -> dict[str, Any]:
+async def _measure(
+    url: str, token: str, sessions: Path, writes: int, seed: int, originals: dict[Path, bytes] | None = None
+) -> dict[str, Any]:
     rng = random.Random(seed)
     ids = sorted(p.name[: -len(".json")] for p in sessions.glob("*.json"))
     headers = {"Authorization": f"Bearer {token}"}
@@ -89,7 +91,10 @@ async def _measure(url: str, token: str, sessions: Path, writes: int, seed: int)
         for n in range(writes):
             session_id = rng.choice(ids)
             path = sessions / f"{session_id}.json"
-            doc = json.loads(path.read_bytes())
+            before = path.read_bytes()
+            if originals is not None:
+                originals.setdefault(path, before)
+            doc = json.loads(before)
             stamp = f"2100-01-{1 + n // 86400:02d}T{n // 3600 % 24:02d}:{n // 60 % 60:02d}:{n % 60:02d}.000Z"
             doc["updatedAt"] = stamp
             data = json.dumps(doc, ensure_ascii=False).encode()
@@ -106,7 +111,7 @@ async def _measure(url: str, token: str, sessions: Path, writes: int, seed: int)
                     first_call_hits += attempt == 0
                     break
             else:
-                raise SystemExit(f"write {n} never became visible")
+                raise RuntimeError(f"write {n} never became visible")
             await anyio.sleep(rng.uniform(0, 0.02))
     lags.sort()
     return {
@@ -118,6 +123,34 @@ async def _measure(url: str, token: str, sessions: Path, writes: int, seed: int)
         "visible_on_first_call": first_call_hits,
         "calls": calls,
     }
+
+
+def restore(originals: dict[Path, bytes]) -> None:
+    """Put rewritten files back to their original bytes (in place, as they were rewritten)."""
+    for path, data in originals.items():
+        with open(path, "r+b") as f:
+            f.write(data)
+            f.truncate()
+
+
+def run_on(
+    sessions: Path, db: Path, work: Path, *, writes: int = 200, seed: int = 0, watch: bool = True
+) -> dict[str, Any]:
+    """Measure on an existing corpus and index; every rewritten file is restored afterwards."""
+    token = secrets.token_urlsafe(32)
+    proc, base = _start_server(sessions, db, work / "watcher-lag-server.log", token, watch)
+    originals: dict[Path, bytes] = {}
+    try:
+        result = anyio.run(_measure, f"{base}/mcp", token, sessions, writes, seed, originals)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        restore(originals)
+    return {"transport": "http", "watcher": watch, **result, "server_exit": code}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,22 +167,15 @@ def main(argv: list[str] | None = None) -> int:
         sessions = root / "sessions"
         sessions.mkdir()
         summary = generate(sessions, args.sessions, args.seed, args.scale_bytes)
-        token = secrets.token_urlsafe(32)
-        proc, base = _start_server(sessions, root / "index.sqlite", root / "server.log", token, not args.no_watch)
-        try:
-            result = anyio.run(_measure, f"{base}/mcp", token, sessions, args.writes, args.seed)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=60)
+        measured = run_on(
+            sessions, root / "index.sqlite", root, writes=args.writes, seed=args.seed, watch=not args.no_watch
+        )
         result = {
             "bench": "watcher_lag",
-            "transport": "http",
-            "watcher": not args.no_watch,
             "sessions": args.sessions,
             "scale_bytes": args.scale_bytes,
             "corpus_bytes": summary.get("bytes") if isinstance(summary, dict) else None,
-            **result,
-            "server_exit": code,
+            **measured,
         }
     print(json.dumps(result))
     return 0

@@ -1,0 +1,222 @@
+"""Tool calls over stdio with the MCP SDK's `ClientSession`, against `ccweb-index serve` and the empty server.
+
+One `ccweb-index serve` process per distinct source conversation (the source is set through
+`CCWEB_SOURCE_SESSION_ID`, as a client launching it would), plus `bench.empty_server`, the floor: the
+same SDK answering a tool that does nothing. The same client code drives all of them. The cases and
+the floor are interleaved in rounds, so a burst of load from elsewhere on the machine hits the floor
+and the tools alike. Each timed call is `await session.call_tool(...)` as an agent's client makes it:
+request out, answer back and validated by the SDK (against the tool's output schema when it has one,
+as the SDK client does for every call).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import IO, Any
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from bench.common import REPO, ccweb_index_command, clean_env, latency_summary, proc_status_mb
+from bench.empty_server import NOOP
+
+FLOOR = "floor"
+
+
+def _children_of_self() -> set[int]:
+    kids: set[int] = set()
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                kids.update(int(x) for x in f.read().split())
+        except FileNotFoundError:
+            continue
+    return kids
+
+
+def cpu_ns(pid: int) -> int:
+    """CPU time used so far by every thread of a live process, in nanoseconds (from schedstat)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+def product_server(sessions_dir: str, db: str, source: str | None) -> StdioServerParameters:
+    env = clean_env(**({"CCWEB_SOURCE_SESSION_ID": source} if source else {}))
+    return StdioServerParameters(
+        command=ccweb_index_command(), args=["serve", "--sessions-dir", sessions_dir, "--db", db], env=env
+    )
+
+
+def floor_server(*extra: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable, args=["-m", "bench.empty_server", *extra], env=clean_env(), cwd=str(REPO)
+    )
+
+
+async def _connect(
+    stack: AsyncExitStack, params: StdioServerParameters, errlog: IO[str]
+) -> tuple[ClientSession, int | None, float]:
+    """A started, initialized client session; the server's pid; seconds it took."""
+    before = _children_of_self()
+    started = time.perf_counter()
+    read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+    new = _children_of_self() - before
+    session = await stack.enter_async_context(ClientSession(read, write))
+    await session.initialize()
+    await session.list_tools()  # caches the output schemas the client validates against
+    return session, (new.pop() if len(new) == 1 else None), time.perf_counter() - started
+
+
+async def measure(
+    sessions_dir: str,
+    db: str,
+    cases: list[dict[str, Any]],
+    *,
+    calls: int,
+    per_round: int,
+    warmup: int,
+    errlog: IO[str],
+    work: Path,
+    canned: bool = True,
+) -> dict[str, Any]:
+    """p50/p99 of every case and of the floor, plus the servers' memory after the calls.
+
+    With `canned`, each case is also timed against `bench.empty_server --canned`, which answers that
+    case's own (prebuilt) result with no product code: what the SDK costs for an answer that size.
+    """
+    floor_case = {"name": FLOOR, "tool": NOOP, "args": {}, "server": FLOOR}
+    sources = sorted({case.get("source") or "" for case in cases})
+    servers: dict[str, StdioServerParameters] = {FLOOR: floor_server()}
+    for source in sources:
+        servers[f"source:{source}"] = product_server(sessions_dir, db, source or None)
+    all_cases = [floor_case] + [{**case, "server": f"source:{case.get('source') or ''}"} for case in cases]
+
+    async with AsyncExitStack() as stack:
+        sessions: dict[str, ClientSession] = {}
+        pids: dict[str, int] = {}
+        start_s: dict[str, float] = {}
+        for key, params in servers.items():
+            sessions[key], pid, start_s[key] = await _connect(stack, params, errlog)
+            if pid is not None:
+                pids[key] = pid
+
+        first: dict[str, Any] = {}
+        answers: dict[str, Any] = {}
+        for case in all_cases:
+            session = sessions[case["server"]]
+            t0 = time.perf_counter()
+            result = await session.call_tool(case["tool"], case["args"])
+            case_first = time.perf_counter() - t0  # the first call waits for the server's start-up indexing
+            for _ in range(max(0, warmup - 1)):
+                result = await session.call_tool(case["tool"], case["args"])
+            payload = result.structured_content or {}
+            answers[case["name"]] = payload
+            first[case["name"]] = {
+                "first_call_s": case_first,
+                "is_error": bool(result.is_error),
+                "returnedCount": payload.get("returnedCount"),
+                "ids": [row["conversationId"] for row in payload.get("conversations", [])] or None,
+            }
+
+        if canned:
+            product = next(iter(k for k in sessions if k != FLOOR))
+            definitions = {t.name: t for t in (await sessions[product].list_tools()).tools}
+            spec: dict[str, Any] = {"tools": [], "results": {}}
+            for case in cases:
+                tool = definitions[case["tool"]].model_dump(by_alias=True, exclude_none=True, mode="json")
+                tool["name"] = f"canned_{case['name']}"
+                spec["tools"].append(tool)
+                spec["results"][tool["name"]] = answers[case["name"]]
+            canned_file = work / "canned-answers.json"
+            canned_file.write_text(json.dumps(spec, ensure_ascii=False))
+            key = "canned"
+            sessions[key], pid, start_s[key] = await _connect(stack, floor_server("--canned", str(canned_file)), errlog)
+            servers[key] = floor_server("--canned", str(canned_file))
+            if pid is not None:
+                pids[key] = pid
+            for case in cases:
+                canned_case = {"name": f"canned:{case['name']}", "tool": f"canned_{case['name']}", "args": {},
+                               "server": key}  # fmt: skip
+                all_cases.append(canned_case)
+                for _ in range(max(1, warmup)):
+                    result = await sessions[key].call_tool(canned_case["tool"], {})
+                if result.structured_content != answers[case["name"]]:
+                    raise RuntimeError(f"the canned answer of {case['name']} differs from the product's")
+                first[canned_case["name"]] = {}
+
+        samples: dict[str, list[float]] = {case["name"]: [] for case in all_cases}
+        server_cpu: dict[str, int] = dict.fromkeys(samples, 0)
+        client_cpu: dict[str, int] = dict.fromkeys(samples, 0)
+        last: dict[str, Any] = {}
+        clock, process_ns = time.perf_counter, time.process_time_ns
+        done = 0
+        while done < calls:
+            n = min(per_round, calls - done)
+            for case in all_cases:
+                call = sessions[case["server"]].call_tool
+                tool, args, out = case["tool"], case["args"], samples[case["name"]]
+                pid = pids.get(case["server"])
+                server0, client0 = (cpu_ns(pid) if pid else 0), process_ns()
+                for _ in range(n):
+                    t0 = clock()
+                    result = await call(tool, args)
+                    out.append(clock() - t0)
+                    if result.is_error:
+                        raise RuntimeError(f"{case['name']}: tool error {result.structured_content}")
+                client_cpu[case["name"]] += process_ns() - client0
+                server_cpu[case["name"]] += (cpu_ns(pid) - server0) if pid else 0
+                last[case["name"]] = result
+            done += n
+        for name in samples:
+            first[name]["client_cpu_ms_per_call"] = client_cpu[name] / len(samples[name]) / 1e6
+            if server_cpu[name]:
+                first[name]["server_cpu_ms_per_call"] = server_cpu[name] / len(samples[name]) / 1e6
+
+        # Diagnostic: the part of each call the client spends validating the result against the
+        # tool's output schema (the SDK does it in call_tool; the empty tool has no schema).
+        for case in all_cases:
+            session, result = sessions[case["server"]], last[case["name"]]
+            times = []
+            for _ in range(50):
+                t0 = clock()
+                await session.validate_tool_result(case["tool"], result)
+                times.append(clock() - t0)
+            first[case["name"]]["client_validation_ms"] = sorted(times)[len(times) // 2] * 1000
+
+        memory = {}
+        for key, pid in pids.items():
+            try:
+                memory[key] = proc_status_mb(pid)
+            except FileNotFoundError:
+                pass
+
+    results = {}
+    for case in all_cases:
+        results[case["name"]] = {**latency_summary(samples[case["name"]]), **first[case["name"]]}
+    floor = results[FLOOR]
+    for case in cases:
+        r = results[case["name"]]
+        r["p50_over_floor"] = r["p50_ms"] / floor["p50_ms"]
+        r["p99_over_floor"] = r["p99_ms"] / floor["p99_ms"]
+        same = results.get(f"canned:{case['name']}")
+        if same is not None:
+            r["canned"] = {k: v for k, v in same.items() if k not in ("is_error", "ids", "returnedCount")}
+            r["canned"]["p50_over_floor"] = same["p50_ms"] / floor["p50_ms"]
+            r["canned"]["p99_over_floor"] = same["p99_ms"] / floor["p99_ms"]
+            r["p50_over_canned"] = r["p50_ms"] / same["p50_ms"]
+    return {
+        "servers": {key: {"start_s": start_s[key], **memory.get(key, {})} for key in servers},
+        "floor": floor,
+        "cases": {case["name"]: results[case["name"]] for case in cases},
+    }
