@@ -26,6 +26,8 @@ log = logging.getLogger("ccweb_index")
 # Bounds one write transaction, so readers in other processes never wait long.
 _BATCH_FILES = 1000
 _BATCH_BYTES = 64 * 1024 * 1024
+# `status` shows the last reconcile to the minute; refreshing the stamp more often would be a write per call.
+_RECONCILE_STAMP_NS = 30 * 1_000_000_000
 
 
 @dataclass
@@ -68,7 +70,7 @@ class Indexer:
                 dir_sig, looked_at, listing = None, time.time_ns(), {}
             stored = store.stored_signatures(self.conn)
             stats = self._bring_in_line(set(listing) | set(stored), stored, progress=progress)
-            self._record_listing(dir_sig, looked_at, last_reconcile_ns=time.time_ns())
+            self._record_listing(dir_sig, looked_at, reconciled=True)
             return stats
 
     def refresh(self, session_ids: Iterable[str]) -> RefreshStats:
@@ -107,14 +109,19 @@ class Indexer:
         recorded = get_meta(self.conn, "dir_signature")
         return recorded == _encode_sig(dir_sig) and not get_meta(self.conn, "dir_racy")
 
-    def _record_listing(self, dir_sig: Signature | None, looked_at: int, **extra: object) -> None:
-        with write_transaction(self.conn):
-            set_meta(
-                self.conn,
-                dir_signature=None if dir_sig is None else _encode_sig(dir_sig),
-                dir_racy=int(dir_sig is None or is_racy(dir_sig, looked_at)),
-                **extra,
-            )
+    def _record_listing(self, dir_sig: Signature | None, looked_at: int, *, reconciled: bool = False) -> None:
+        values: dict[str, object] = {
+            "dir_signature": None if dir_sig is None else _encode_sig(dir_sig),
+            "dir_racy": int(dir_sig is None or is_racy(dir_sig, looked_at)),
+        }
+        last = get_meta(self.conn, "last_reconcile_ns")
+        if reconciled and (not isinstance(last, int) or looked_at - last > _RECONCILE_STAMP_NS):
+            values["last_reconcile_ns"] = looked_at
+        # A look that changed nothing writes nothing: no write lock is taken, so a call never waits
+        # behind another process's writer just to say that all is as it was.
+        if any(get_meta(self.conn, key) != value for key, value in values.items()):
+            with write_transaction(self.conn):
+                set_meta(self.conn, **values)
 
     def _bring_in_line(
         self,
@@ -159,6 +166,12 @@ class Indexer:
         if not loaded and not gone:
             return
         with write_transaction(self.conn):
+            # Other processes write this index too. Under the write lock, keep only what still
+            # describes the files: a file that changed since it was read, or came back since it was
+            # seen gone, may already be indexed in its newer state by someone else, and an older
+            # read committed late must not replace it (the next look reads the file again anyway).
+            loaded = [item for item in loaded if self._still_current(item)]
+            gone = [session_id for session_id in gone if lstat_session(self.sessions_dir, session_id) is None]
             store.record_loaded(self.conn, loaded)
             store.forget(self.conn, gone)
         for item in loaded:
@@ -171,6 +184,10 @@ class Indexer:
                 self._logged_errors.pop(item.session_id, None)
         stats.removed += len(gone)
         stats.changed.update(gone)
+
+    def _still_current(self, item: Loaded) -> bool:
+        st = lstat_session(self.sessions_dir, item.session_id)
+        return st is not None and Signature.of(st) == item.sig
 
     def _log_unreadable(self, item: Loaded) -> None:
         # Once per file state: a racy file is re-read until it settles, and must not flood the log.

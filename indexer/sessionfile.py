@@ -120,7 +120,19 @@ def _decode_document(data: bytes) -> _Document:
             return _decode_document(_without_huge_numbers(data))
         if isinstance(exc, msgspec.ValidationError):
             raise Unreadable("top level is not a JSON object") from None
-        raise Unreadable(f"invalid JSON: {exc}") from None
+        raise Unreadable(f"invalid JSON: {_explain(data, exc)}") from None
+
+
+def _explain(data: bytes, exc: Exception) -> str:
+    """msgspec's message, unless it misnames the fault: it reports a lone surrogate as truncation."""
+    if "truncated" in str(exc):
+        try:
+            json.loads(data)
+        except (ValueError, RecursionError):
+            pass
+        else:  # the standard library takes lone surrogates; nothing else it takes is refused above
+            return "a string holds a lone UTF-16 surrogate escape (such as \\ud800), which is not text"
+    return str(exc)
 
 
 def _without_huge_numbers(data: bytes) -> bytes:
