@@ -155,23 +155,30 @@ class Indexer:
                 pending.append(loaded)
                 pending_bytes += loaded.size
             if len(pending) >= _BATCH_FILES or pending_bytes >= _BATCH_BYTES:
-                self._write(pending, [], stats)
+                self._write(pending, [], stored, stats)
                 pending, pending_bytes = [], 0
             if progress is not None:
                 progress(done, len(wanted))
-        self._write(pending, gone, stats)
+        self._write(pending, gone, stored, stats)
         return stats
 
-    def _write(self, loaded: list[Loaded], gone: list[str], stats: RefreshStats) -> None:
+    def _write(
+        self, loaded: list[Loaded], gone: list[str], stored: dict[str, store.Stored], stats: RefreshStats
+    ) -> None:
         if not loaded and not gone:
             return
         with write_transaction(self.conn):
-            # Other processes write this index too. Under the write lock, keep only what still
-            # describes the files: a file that changed since it was read, or came back since it was
-            # seen gone, may already be indexed in its newer state by someone else, and an older
-            # read committed late must not replace it (the next look reads the file again anyway).
-            loaded = [item for item in loaded if self._still_current(item)]
-            gone = [session_id for session_id in gone if lstat_session(self.sessions_dir, session_id) is None]
+            # Other processes write this index too, and one may have committed since `stored` was
+            # read. Under the write lock: a read replaces a row only if it saw the file in the same
+            # or a later state (ctime orders a file's states; userspace cannot set it back), so a
+            # late commit of an older read never undoes a newer one; and a file seen gone is
+            # forgotten only if its row is still the one that was seen.
+            now = store.stored_signatures(self.conn, [item.session_id for item in loaded] + gone)
+            loaded = [
+                item for item in loaded
+                if item.session_id not in now or now[item.session_id].sig.ctime_ns <= item.sig.ctime_ns
+            ]  # fmt: skip
+            gone = [i for i in gone if i in now and i in stored and now[i].sig == stored[i].sig]
             store.record_loaded(self.conn, loaded)
             store.forget(self.conn, gone)
         for item in loaded:
@@ -184,10 +191,6 @@ class Indexer:
                 self._logged_errors.pop(item.session_id, None)
         stats.removed += len(gone)
         stats.changed.update(gone)
-
-    def _still_current(self, item: Loaded) -> bool:
-        st = lstat_session(self.sessions_dir, item.session_id)
-        return st is not None and Signature.of(st) == item.sig
 
     def _log_unreadable(self, item: Loaded) -> None:
         # Once per file state: a racy file is re-read until it settles, and must not flood the log.
