@@ -5,17 +5,31 @@ ctime, which userspace cannot set back, so a changed file shows a changed signat
 change lands in the same filesystem-timestamp tick as an earlier one. A signature recorded less than
 RACY_WINDOW_NS after the file's ctime is therefore "racy" (git's term): it is re-read, not trusted,
 until it has been recorded comfortably after the file last changed.
+
+What is never done to an entry named like a session:
+
+- a symlink is never followed, a FIFO, socket or device is never opened for reading, a directory is
+  never entered: the entry is first opened with O_PATH | O_NOFOLLOW, which neither follows the link
+  nor opens the object behind it for I/O, and only an object that `fstat` shows to be a regular file
+  is then opened for reading, through /proc/self/fd (the very inode that was checked, not the name
+  again, so a swap between the check and the open cannot slip a FIFO or device in);
+- a file larger than the limit is never opened for reading: its size is checked on that O_PATH
+  descriptor first, and a file that grows past the limit while it is read is cut off at the limit.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
+import threading
 import time
 from dataclasses import dataclass
 
 from indexer.sessionfile import session_id_from_name
+
+log = logging.getLogger("ccweb_index")
 
 # Covers the coarsest timestamp granularity we expect (2 s on FAT/SMB; one clock tick on ext4/tmpfs).
 RACY_WINDOW_NS = 2_000_000_000
@@ -40,38 +54,136 @@ def is_racy(sig: Signature, looked_at_ns: int) -> bool:
     return sig.ctime_ns >= looked_at_ns - RACY_WINDOW_NS
 
 
+# --- entries that are named like sessions but are not regular files ------------------------------
+
+
+def kind_of(mode: int) -> str:
+    """What a non-regular entry is, in words."""
+    if stat.S_ISLNK(mode):
+        return "a symlink (never followed)"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (never opened)"
+    if stat.S_ISSOCK(mode):
+        return "a socket (never opened)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device (never opened)"
+    return "not a regular file"
+
+
+class _IgnoredEntries:
+    """Logs each entry named like a session that is not a regular file, once per state of it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[str, tuple[int, int]] = {}  # path -> (inode, file type bits)
+
+    def note(self, path: str, ino: int, mode: int) -> None:
+        state = (ino, stat.S_IFMT(mode))
+        with self._lock:
+            if self._seen.get(path) == state:
+                return
+            self._seen[path] = state
+        log.warning("ignoring %s: it is %s, not a regular file", path, kind_of(mode))
+
+    def forget(self, path: str) -> None:
+        with self._lock:
+            self._seen.pop(path, None)
+
+    def forget_all_but(self, directory: str, keep: set[str]) -> None:
+        prefix = os.path.join(directory, "")
+        with self._lock:
+            for path in [p for p in self._seen if p.startswith(prefix) and p not in keep]:
+                del self._seen[path]
+
+
+_ignored = _IgnoredEntries()
+
+
 def lstat_session(sessions_dir: str, session_id: str) -> os.stat_result | None:
     """The lstat of `<id>.json` if it is a regular file (not a symlink, FIFO, directory...), else None."""
+    path = os.path.join(sessions_dir, session_id + ".json")
     try:
-        st = os.lstat(os.path.join(sessions_dir, session_id + ".json"))
+        st = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
+        _ignored.forget(path)
         return None
-    return st if stat.S_ISREG(st.st_mode) else None
+    if stat.S_ISREG(st.st_mode):
+        _ignored.forget(path)
+        return st
+    _ignored.note(path, st.st_ino, st.st_mode)
+    return None
 
 
 def list_sessions(sessions_dir: str) -> dict[str, int]:
     """Session ids in the directory with their inode numbers, from readdir alone (no stat per file).
 
-    Entries whose type readdir reports as not a regular file are left out; the few whose type is
-    unknown are kept and settled by the lstat that precedes any read.
+    Entries whose type readdir reports as not a regular file (symlinks, directories, FIFOs, sockets,
+    devices) are left out, and logged once; the few whose type readdir does not know are settled by
+    an lstat. A sessions path that is not a directory raises FileNotFoundError: it holds no sessions.
     """
     found: dict[str, int] = {}
-    with os.scandir(sessions_dir) as entries:
+    ignored: set[str] = set()
+    try:
+        entries = os.scandir(sessions_dir)
+    except NotADirectoryError:
+        raise FileNotFoundError(errno.ENOENT, "not a directory", sessions_dir) from None
+    with entries:
         for entry in entries:
             session_id = session_id_from_name(entry.name)
             if session_id is None:
                 continue
             try:
-                if entry.is_symlink() or (entry.is_dir(follow_symlinks=False)):
+                regular = entry.is_file(follow_symlinks=False)
+                if not regular:
+                    ignored.add(entry.path)
+                    _ignored.note(entry.path, entry.inode(), entry.stat(follow_symlinks=False).st_mode)
                     continue
-            except OSError:
+            except OSError:  # gone since readdir
                 continue
             found[session_id] = entry.inode()
+    _ignored.forget_all_but(sessions_dir, ignored)
     return found
 
 
+def ignored_entries(sessions_dir: str) -> list[tuple[str, str]]:
+    """(name, what it is) of every entry named like a session that is not a regular file."""
+    out: list[tuple[str, str]] = []
+    try:
+        with os.scandir(sessions_dir) as entries:
+            for entry in entries:
+                if session_id_from_name(entry.name) is None:
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    out.append((entry.name, kind_of(st.st_mode)))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(out)
+
+
 def dir_signature(sessions_dir: str) -> Signature:
-    return Signature.of(os.stat(sessions_dir))
+    """The directory's own signature. FileNotFoundError when it is missing or not a directory."""
+    st = os.stat(sessions_dir)
+    if not stat.S_ISDIR(st.st_mode):
+        raise FileNotFoundError(errno.ENOTDIR, "not a directory", sessions_dir)
+    return Signature.of(st)
+
+
+def dir_identity(sessions_dir: str) -> tuple[int, int] | None:
+    """(device, inode) of the directory the sessions path leads to now, or None if there is none."""
+    try:
+        st = os.stat(sessions_dir)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+# --- reading ----------------------------------------------------------------------------------
 
 
 class NotASession(Exception):
@@ -83,42 +195,88 @@ class TooLarge(Exception):
         super().__init__(f"file is {size} bytes, over the {limit}-byte limit (--max-session-bytes)")
 
 
-_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_O_PATH = getattr(os, "O_PATH", 0)
 _NOATIME = getattr(os, "O_NOATIME", 0)
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_NOT_A_SESSION = (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.ENXIO)
+# Whether /proc/self/fd can reopen an O_PATH descriptor here; settled on first use.
+_proc_reopen: bool | None = None if _O_PATH else False
 
 
-def _open_readonly(path: str) -> int:
+def _open_for_reading(path: str, flags: int = _READ_FLAGS) -> int:
     # O_NOATIME keeps even the access time of the user's files untouched where we are allowed to.
     if _NOATIME:
         try:
-            return os.open(path, _FLAGS | _NOATIME)
+            return os.open(path, flags | _NOATIME)
         except PermissionError:
             pass
-    return os.open(path, _FLAGS)
+    return os.open(path, flags)
+
+
+def _open_checked(path: str, max_bytes: int) -> tuple[int, os.stat_result]:
+    """A descriptor open for reading on `path`, which was a regular file within the limit.
+
+    Raises NotASession (gone, or not a regular file), TooLarge, or OSError (e.g. permission denied).
+    """
+    global _proc_reopen
+    if _proc_reopen is not False:
+        try:
+            handle = os.open(path, _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno in _NOT_A_SESSION:
+                raise NotASession(path) from None
+            raise
+        try:
+            st = os.fstat(handle)
+            if not stat.S_ISREG(st.st_mode):
+                raise NotASession(path)
+            if st.st_size > max_bytes:
+                raise TooLarge(st.st_size, max_bytes)
+            try:
+                # The magic link leads to the inode just checked (O_NOFOLLOW would refuse it).
+                fd = _open_for_reading(f"/proc/self/fd/{handle}", _READ_FLAGS & ~os.O_NOFOLLOW)
+            except FileNotFoundError:
+                if _proc_reopen:  # /proc worked before: this is something else
+                    raise
+                _proc_reopen = False  # no /proc here: open by name, below
+            else:
+                _proc_reopen = True
+                return fd, st
+        finally:
+            os.close(handle)
+    # Without O_PATH and /proc: open by name, non-blocking (a FIFO or device swapped in after the
+    # lstat that led here is opened, but never read) and check what was opened.
+    try:
+        fd = _open_for_reading(path)
+    except OSError as exc:
+        if exc.errno in _NOT_A_SESSION:
+            raise NotASession(path) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotASession(path)
+        if st.st_size > max_bytes:
+            raise TooLarge(st.st_size, max_bytes)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
 
 
 def read_session_file(path: str, max_bytes: int = DEFAULT_MAX_SESSION_BYTES) -> tuple[bytes, Signature, int]:
     """Read a session file whole, returning (bytes, signature of what was read, time it was read).
 
-    Never follows a symlink and never blocks on a FIFO or device. If the file changes while it is
-    read, it is read again; after a few attempts the last read is returned with its signature marked
-    racy by its time, so it is re-read at the next look.
+    Never follows a symlink, never opens anything but a regular file for reading, and never reads
+    more than `max_bytes` (see the module docstring). If the file changes while it is read, it is
+    read again; after a few attempts the last read is returned with its signature marked racy by
+    its time, so it is re-read at the next look.
     """
     for attempt in range(_READ_ATTEMPTS):
         looked_at = time.time_ns()
+        fd, before = _open_checked(path, max_bytes)
         try:
-            fd = _open_readonly(path)
-        except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.ENXIO):
-                raise NotASession(path) from None
-            raise
-        try:
-            before = os.fstat(fd)
-            if not stat.S_ISREG(before.st_mode):
-                raise NotASession(path)
-            if before.st_size > max_bytes:
-                raise TooLarge(before.st_size, max_bytes)
-            data = _read_all(fd, before.st_size)
+            data = _read_all(fd, before.st_size, max_bytes)
             after = os.fstat(fd)
         finally:
             os.close(fd)
@@ -131,13 +289,17 @@ def read_session_file(path: str, max_bytes: int = DEFAULT_MAX_SESSION_BYTES) -> 
     raise AssertionError("unreachable")
 
 
-def _read_all(fd: int, size_hint: int) -> bytes:
+def _read_all(fd: int, size_hint: int, max_bytes: int) -> bytes:
     chunks = []
+    total = 0
     want = max(size_hint, 0) + 1  # one byte more, to see a file that grew since fstat
     while True:
-        chunk = os.read(fd, max(want, 1 << 16))
+        chunk = os.read(fd, min(max(want, 1 << 16), max_bytes + 1 - total))
         if not chunk:
             break
         chunks.append(chunk)
+        total += len(chunk)
+        if total > max_bytes:
+            raise TooLarge(total, max_bytes)  # grew past the limit while being read
         want = 1 << 20
     return b"".join(chunks) if len(chunks) != 1 else chunks[0]

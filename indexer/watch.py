@@ -14,7 +14,13 @@ Two watchers share one interface:
   Polling cannot prove it has seen everything up to now, so its `sync()` always answers False and
   the caller falls back to checking the files itself.
 
-Both hand changed session ids to an applier thread, which coalesces bursts and re-indexes them.
+Both hand changed session ids to an applier thread, which coalesces bursts and re-indexes them. A
+batch that fails (the index locked, the disk full...) goes back into the dirty set, so no event is
+lost, and is retried with a growing delay; `sync()` applies what is pending itself anyway.
+
+Each watcher records which directory it watches (`watched`: device and inode). If the sessions path
+comes to lead elsewhere (the directory deleted and recreated, renamed, replaced by a symlink), the
+owner (server.service) sees `watched` differ from the path's identity and starts a new watcher.
 """
 
 from __future__ import annotations
@@ -23,12 +29,16 @@ import contextlib
 import itertools
 import logging
 import os
+import re
 import shutil
+import sqlite3
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 
+from indexer.files import dir_identity
 from indexer.refresh import Indexer
 from indexer.sessionfile import session_id_from_name
 
@@ -36,6 +46,11 @@ log = logging.getLogger("ccweb_index")
 
 COALESCE_SECONDS = 0.005
 SYNC_TIMEOUT_SECONDS = 2.0
+# After a failed batch the applier waits this long, doubling up to the maximum, before retrying.
+RETRY_SECONDS = (0.5, 30.0)
+
+# Called with the exception when re-indexing fails in the background.
+ErrorHandler = Callable[[BaseException], None]
 
 
 def _cookie_parent() -> str | None:
@@ -46,7 +61,30 @@ def _cookie_parent() -> str | None:
     return None  # the system's temporary directory
 
 
+_COOKIE_PREFIX = "ccweb-index-cookies-"
+_COOKIE_DIR_RE = re.compile(re.escape(_COOKIE_PREFIX) + r"(\d+)-")
+
+
+def _remove_dead_cookie_dirs(parent: str) -> None:
+    """Cookie directories left by processes that were killed (kill -9 skips the cleanup)."""
+    with contextlib.suppress(OSError), os.scandir(parent) as entries:
+        for entry in entries:
+            match = _COOKIE_DIR_RE.match(entry.name)
+            if match is None or not entry.is_dir(follow_symlinks=False):
+                continue
+            pid = int(match.group(1))
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                shutil.rmtree(entry.path, ignore_errors=True)
+            except OSError:
+                pass  # alive, someone else's
+
+
 class Watcher(Protocol):
+    # (device, inode) of the directory being watched, or None.
+    watched: tuple[int, int] | None
+
     def start(self) -> None: ...
     def stop(self) -> None: ...
     def sync(self) -> bool: ...
@@ -78,11 +116,20 @@ class _DirtySet:
                 self.oldest_pending_at = time.monotonic()
             self._cond.notify_all()
 
-    def take(self) -> tuple[set[str], bool]:
+    def take(self) -> tuple[set[str], bool, float | None]:
         with self._cond:
-            ids, overflow = self._ids, self._overflow
+            taken = self._ids, self._overflow, self.oldest_pending_at
             self._ids, self._overflow, self.oldest_pending_at = set(), False, None
-            return ids, overflow
+            return taken
+
+    def restore(self, ids: set[str], overflow: bool, since: float | None) -> None:
+        """Put back a batch that could not be applied."""
+        with self._cond:
+            self._ids |= ids
+            self._overflow = self._overflow or overflow
+            if since is not None and (self.oldest_pending_at is None or since < self.oldest_pending_at):
+                self.oldest_pending_at = since
+            self._cond.notify_all()
 
     def lag(self) -> tuple[float, int]:
         """(seconds since the oldest change not yet taken for re-indexing, changes pending)."""
@@ -99,64 +146,113 @@ class _DirtySet:
             return len(self._ids)
 
 
+class _FailureLog:
+    """Default error handler: one line when re-indexing starts failing, one when it works again."""
+
+    def __init__(self) -> None:
+        self.failing: str | None = None
+
+    def __call__(self, exc: BaseException) -> None:
+        message = f"{type(exc).__name__}: {exc}"
+        if message != self.failing:
+            self.failing = message
+            log.warning("re-indexing changed sessions failed (%s); retrying with back-off", message)
+
+    def recovered(self) -> None:
+        if self.failing is not None:
+            self.failing = None
+            log.info("re-indexing changed sessions works again")
+
+
 class _Applier(threading.Thread):
     """Re-indexes what the watcher saw change, a burst at a time."""
 
-    def __init__(self, indexer: Indexer, dirty: _DirtySet) -> None:
+    def __init__(self, indexer: Indexer, dirty: _DirtySet, on_error: ErrorHandler | None) -> None:
         super().__init__(name="ccweb-index-applier", daemon=True)
         self.indexer = indexer
         self.dirty = dirty
+        self._default_log = _FailureLog()
+        self._on_error = on_error or self._default_log
         self._stopping = threading.Event()
 
     def run(self) -> None:
+        delay = 0.0
         while not self._stopping.is_set():
             if not self.dirty.wait(0.2):
                 continue
             time.sleep(COALESCE_SECONDS)
             try:
                 apply_dirty(self.indexer, self.dirty)
-            except Exception:  # a bad moment for the database must not end the watcher
-                log.exception("re-indexing changed sessions failed; will retry on the next change")
-                time.sleep(0.5)
+            except Exception as exc:  # a bad moment for the database must not end the watcher
+                try:
+                    self._on_error(exc)
+                except Exception:
+                    log.exception("the watcher's error handler failed")
+                delay = min(max(delay * 2, RETRY_SECONDS[0]), RETRY_SECONDS[1])
+                self._stopping.wait(delay)
+            else:
+                if delay:
+                    delay = 0.0
+                    self._default_log.recovered()
 
     def stop(self) -> None:
         self._stopping.set()
 
 
 def apply_dirty(indexer: Indexer, dirty: _DirtySet) -> None:
-    # Taken under the indexer lock, so whoever takes the lock next sees this batch committed.
+    # Taken under the indexer lock, so whoever takes the lock next sees this batch committed. A
+    # batch that fails goes back, whole: the ids already applied are cheap to check again.
     with indexer.lock:
-        ids, overflow = dirty.take()
-        if overflow:
-            log.warning("the watcher lost events (queue overflow); reconciling the whole directory")
-            indexer.reconcile()
-        elif ids:
-            indexer.refresh(ids)
+        ids, overflow, since = dirty.take()
+        try:
+            if overflow:
+                indexer.reconcile()
+            elif ids:
+                indexer.refresh(ids)
+        except BaseException:
+            dirty.restore(ids, overflow, since)
+            raise
+
+
+def _initial_reconcile(indexer: Indexer, dirty: _DirtySet, on_error: ErrorHandler | None) -> None:
+    # Everything that changed before the watch began is found by comparing signatures once. If the
+    # index cannot be written now, the applier does it later (and calls check the files meanwhile).
+    try:
+        indexer.reconcile()
+    except (sqlite3.Error, OSError) as exc:
+        dirty.overflow()
+        (on_error or _FailureLog())(exc)
 
 
 # --- inotify -----------------------------------------------------------------------------------
 
 
 class InotifyWatcher:
-    def __init__(self, indexer: Indexer) -> None:
+    def __init__(self, indexer: Indexer, on_error: ErrorHandler | None = None) -> None:
         from watchdog.observers.inotify_c import InotifyConstants as C
         from watchdog.observers.inotify_c import InotifyFD
 
         self.indexer = indexer
         self.dirty = _DirtySet()
+        self.watched: tuple[int, int] | None = None
+        self._on_error = on_error
         self._inotify = InotifyFD()
+        # No IN_DONT_FOLLOW: the sessions path itself may be a symlink to the directory (as it may
+        # for every other use of the path); entries in it are never followed.
         self._session_mask = (
             C.IN_MODIFY | C.IN_ATTRIB | C.IN_CLOSE_WRITE | C.IN_MOVED_FROM | C.IN_MOVED_TO
-            | C.IN_CREATE | C.IN_DELETE | C.IN_DELETE_SELF | C.IN_MOVE_SELF | C.IN_DONT_FOLLOW | C.IN_ONLYDIR
+            | C.IN_CREATE | C.IN_DELETE | C.IN_DELETE_SELF | C.IN_MOVE_SELF | C.IN_ONLYDIR
         )  # fmt: skip
         self._cookie_mask = C.IN_CREATE | C.IN_ONLYDIR
-        self._cookie_dir = tempfile.mkdtemp(prefix="ccweb-index-cookies-", dir=_cookie_parent())
+        parent = _cookie_parent()
+        _remove_dead_cookie_dirs(parent or tempfile.gettempdir())
+        self._cookie_dir = tempfile.mkdtemp(prefix=f"{_COOKIE_PREFIX}{os.getpid()}-", dir=parent)
         self._cookie_serial = itertools.count(1)
         self._cookie_seen = 0
         self._cookie_issued = 0
         self._cookie_cond = threading.Condition()
         self._healthy = False
-        self._applier = _Applier(indexer, self.dirty)
+        self._applier = _Applier(indexer, self.dirty, on_error)
         self._callbacks = _Callbacks(self)
 
     @property
@@ -170,20 +266,24 @@ class InotifyWatcher:
         self._cookie_wd = self._inotify.add_callback(
             os.fsencode(self._cookie_dir), self._cookie_mask, self._callbacks.cookie, CallbackId(1)
         )
+        before = dir_identity(self.indexer.sessions_dir)
         self._session_wd = self._inotify.add_callback(
             os.fsencode(self.indexer.sessions_dir), self._session_mask, self._callbacks.sessions, CallbackId(2)
         )
+        # If the path moved to another directory meanwhile, `watched` says None and the owner retries.
+        self.watched = before if dir_identity(self.indexer.sessions_dir) == before else None
         self._healthy = True
         self._applier.start()
-        # Everything that changed before the watch began is found by comparing signatures once.
-        self.indexer.reconcile()
+        _initial_reconcile(self.indexer, self.dirty, self._on_error)
 
     def stop(self) -> None:
         self._healthy = False
+        self._release_cookies()  # calls waiting in sync() return now, unsynced
         self._applier.stop()
         with contextlib.suppress(Exception):
             self._inotify.stop()
-        self._applier.join(timeout=5)
+        if self._applier.is_alive():
+            self._applier.join(timeout=5)
         shutil.rmtree(self._cookie_dir, ignore_errors=True)
 
     def sync(self) -> bool:
@@ -197,8 +297,8 @@ class InotifyWatcher:
         try:
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
             os.unlink(path)
-        except OSError:
-            log.exception("cannot write a watcher cookie in %s", self._cookie_dir)
+        except OSError as exc:
+            log.warning("cannot write a watcher cookie in %s (%s)", self._cookie_dir, exc.strerror or exc)
             return False
         with self._cookie_cond:
             if not self._cookie_cond.wait_for(lambda: self._cookie_seen >= serial, SYNC_TIMEOUT_SECONDS):
@@ -209,13 +309,17 @@ class InotifyWatcher:
         apply_dirty(self.indexer, self.dirty)
         return True
 
-    def _overflowed(self) -> None:
-        # Lost events may include cookies. The overflow flag makes the next apply a full reconcile,
-        # which covers every change so far, so releasing the waiting cookies is sound.
-        self.dirty.overflow()
+    def _release_cookies(self) -> None:
         with self._cookie_cond:
             self._cookie_seen = self._cookie_issued
             self._cookie_cond.notify_all()
+
+    def _overflowed(self) -> None:
+        # Lost events may include cookies. The overflow flag makes the next apply a full reconcile,
+        # which covers every change so far, so releasing the waiting cookies is sound.
+        log.warning("the watcher lost events (inotify queue overflow); reconciling the whole directory")
+        self.dirty.overflow()
+        self._release_cookies()
 
     def _cookie_arrived(self, name: bytes) -> None:
         with contextlib.suppress(ValueError):
@@ -226,7 +330,8 @@ class InotifyWatcher:
 
     def _sessions_event(self, event) -> None:  # type: ignore[no-untyped-def]
         if event.is_delete_self or event.is_move_self or event.is_ignored:
-            log.warning("the sessions directory was removed or moved; answering from the files until restarted")
+            if self._healthy:
+                log.warning("the sessions directory was removed or moved; answering from the files until it is back")
             self._healthy = False
             return
         if event.name:
@@ -262,12 +367,14 @@ class _Callback:
 
 
 class PollingWatcher:
-    def __init__(self, indexer: Indexer, interval: float = 1.0) -> None:
+    def __init__(self, indexer: Indexer, interval: float = 1.0, on_error: ErrorHandler | None = None) -> None:
         from watchdog.events import FileSystemEventHandler
         from watchdog.observers.polling import PollingObserver
 
         self.indexer = indexer
         self.dirty = _DirtySet()
+        self.watched: tuple[int, int] | None = None
+        self._on_error = on_error
         dirty = self.dirty
 
         class Handler(FileSystemEventHandler):
@@ -280,39 +387,47 @@ class PollingWatcher:
 
         self._observer = PollingObserver(timeout=interval)
         self._observer.schedule(Handler(), indexer.sessions_dir, recursive=False)
-        self._applier = _Applier(indexer, self.dirty)
+        self._applier = _Applier(indexer, self.dirty, on_error)
 
     @property
     def running(self) -> bool:
         return self._observer.is_alive()
 
     def start(self) -> None:
+        self.watched = dir_identity(self.indexer.sessions_dir)
         self._observer.start()
         self._applier.start()
-        self.indexer.reconcile()
+        _initial_reconcile(self.indexer, self.dirty, self._on_error)
 
     def stop(self) -> None:
         self._observer.stop()
         self._applier.stop()
-        self._observer.join(timeout=5)
-        self._applier.join(timeout=5)
+        with contextlib.suppress(RuntimeError):
+            self._observer.join(timeout=5)
+        if self._applier.is_alive():
+            self._applier.join(timeout=5)
 
     def sync(self) -> bool:
         return False
 
 
-def start_watcher(indexer: Indexer, *, poll: bool = False) -> Watcher:
-    """A started inotify watcher where the kernel offers one, else (or with poll=True) a polling one."""
+def start_watcher(indexer: Indexer, *, poll: bool = False, on_error: ErrorHandler | None = None) -> Watcher:
+    """A started inotify watcher where the kernel offers one, else (or with poll=True) a polling one.
+
+    inotify is unavailable when the kernel or filesystem lacks it, or when the instance limit
+    (fs.inotify.max_user_instances) or watch limit (fs.inotify.max_user_watches) is reached: then
+    the directory is polled, and that is logged.
+    """
     if not poll:
-        watcher: Watcher | None = None
+        watcher: InotifyWatcher | None = None
         try:
-            watcher = InotifyWatcher(indexer)
+            watcher = InotifyWatcher(indexer, on_error)
             watcher.start()
             return watcher
         except OSError as exc:
             log.warning("inotify is unavailable (%s); polling the sessions directory instead", exc)
             if watcher is not None:
                 watcher.stop()
-    watcher = PollingWatcher(indexer)
-    watcher.start()
-    return watcher
+    polling = PollingWatcher(indexer, on_error=on_error)
+    polling.start()
+    return polling

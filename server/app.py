@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -13,6 +14,8 @@ from mcp.server.stdio import stdio_server
 
 from server.service import Service, ToolResult
 from server.tools import TOOLS
+
+log = logging.getLogger("ccweb_index")
 
 SourceOf = Callable[[ServerRequestContext[Any]], str | None]
 
@@ -34,6 +37,19 @@ def to_call_result(result: ToolResult) -> types.CallToolResult:
     )
 
 
+def guarded_call(service: Service, name: str, arguments: Any, source: str | None) -> ToolResult:
+    """`service.call`, with any failure it did not foresee answered as a tool error, not a traceback."""
+    try:
+        return service.call(name, arguments, source)
+    except Exception:
+        log.exception("tool call %r failed unexpectedly", name[:80] if isinstance(name, str) else name)
+        return ToolResult(
+            {"error": {"code": "internal_error", "message": "The server failed to answer this call (the reason "
+                       "is in its log). Try again; if it keeps failing, report it."}},
+            True,
+        )
+
+
 def build_server(service: Service, source_of: SourceOf, *, in_thread: bool = True) -> Server[Any]:
     """`source_of` tells, per request, which conversation the caller runs in (never the LLM's choice).
 
@@ -48,9 +64,9 @@ def build_server(service: Service, source_of: SourceOf, *, in_thread: bool = Tru
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
         source = source_of(ctx)
         if in_thread:
-            result = await anyio.to_thread.run_sync(service.call, params.name, params.arguments, source)
+            result = await anyio.to_thread.run_sync(guarded_call, service, params.name, params.arguments, source)
         else:
-            result = service.call(params.name, params.arguments, source)
+            result = guarded_call(service, params.name, params.arguments, source)
         return to_call_result(result)
 
     return Server(

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -14,8 +15,7 @@ from typing import Any
 import click
 
 from indexer.db import IndexMismatch
-from indexer.files import DEFAULT_MAX_SESSION_BYTES
-from indexer.watch import start_watcher
+from indexer.files import DEFAULT_MAX_SESSION_BYTES, ignored_entries
 from server.service import Service
 
 log = logging.getLogger("ccweb_index")
@@ -62,6 +62,11 @@ def _open_service(sessions_dir: str, db: str | None, max_session_bytes: int, **k
         raise click.ClickException(str(exc)) from None
 
 
+def _require_index(service: Service) -> None:
+    if service.index is None:
+        raise click.ClickException(f"cannot open the index {service.db_path}: {service.conn.reason}")  # type: ignore[attr-defined]
+
+
 def _require_dir(sessions_dir: str) -> None:
     if not os.path.isdir(sessions_dir):
         raise click.ClickException(f"the sessions directory {sessions_dir!r} does not exist or is not a directory")
@@ -83,20 +88,26 @@ def build(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bo
     _setup_logging(verbose)
     _require_dir(sessions_dir)
     service = _open_service(sessions_dir, db, max_session_bytes)
-    started = time.perf_counter()
-    if sys.stderr.isatty():
-        with click.progressbar(length=1, label="indexing", file=sys.stderr) as bar:
+    try:
+        _require_index(service)
+        started = time.perf_counter()
+        try:
+            if sys.stderr.isatty():
+                with click.progressbar(length=1, label="indexing", file=sys.stderr) as bar:
 
-            def progress(done: int, total: int) -> None:
-                bar.length = total
-                bar.update(done - bar.pos)
+                    def progress(done: int, total: int) -> None:
+                        bar.length = total
+                        bar.update(done - bar.pos)
 
-            stats = service.indexer.reconcile(progress=progress)
-    else:
-        stats = service.indexer.reconcile()
-    elapsed = time.perf_counter() - started
-    counts = service.counts()
-    service.close()
+                    stats = service.indexer.reconcile(progress=progress)
+            else:
+                stats = service.indexer.reconcile()
+            counts = service.counts()
+        except sqlite3.Error as exc:
+            raise click.ClickException(f"cannot write the index {service.db_path}: {exc}") from None
+        elapsed = time.perf_counter() - started
+    finally:
+        service.close()
     click.echo(
         f"{counts['sessions']} sessions, {counts['inputs']} user inputs, {counts['unreadable']} unreadable; "
         f"read {stats.read} files, removed {stats.removed}, in {elapsed:.2f} s",
@@ -108,18 +119,23 @@ def build(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bo
 @_sessions_dir_option
 @click.option("--poll", is_flag=True, help="Poll the directory instead of using inotify (e.g. network filesystems).")
 def watch(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bool, poll: bool) -> None:
-    """Build, then keep the index in line with the directory until SIGINT/SIGTERM."""
+    """Build, then keep the index in line with the directory until SIGINT/SIGTERM.
+
+    If the directory is removed, renamed or replaced while watched, the new one at the path is
+    watched when it appears.
+    """
     _setup_logging(verbose)
     _require_dir(sessions_dir)
-    service = _open_service(sessions_dir, db, max_session_bytes)
+    service = _open_service(sessions_dir, db, max_session_bytes, watch=True, poll=poll)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    watcher = start_watcher(service.indexer, poll=poll)
-    log.info("watching %s (index %s)", service.sessions_dir, service.db_path)
-    stop.wait()
-    watcher.stop()
-    service.close()
+    try:
+        service.start()
+        log.info("watching %s (index %s)", service.sessions_dir, service.db_path)
+        stop.wait()
+    finally:
+        service.close()
     log.info("stopped")
 
 
@@ -284,21 +300,36 @@ def call(
 @main.command()
 @_sessions_dir_option
 def status(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bool) -> None:
-    """Show what the index holds: counts, unreadable files and why, index path and size."""
+    """Show what the index holds: counts, unreadable files and why, index path and size.
+
+    Also lists the entries named like sessions that are not regular files (symlinks, FIFOs,
+    devices, directories), which are never read. Run `build` first for an up-to-date picture when
+    no watcher or server keeps the index current.
+    """
     _setup_logging(verbose)
     service = _open_service(sessions_dir, db, max_session_bytes)
-    counts = service.counts()
-    size = sum(os.path.getsize(p) for p in (f"{service.db_path}{s}" for s in ("", "-wal")) if os.path.exists(p))
-    last = counts["last_reconcile_ns"]
-    click.echo(f"sessions directory: {service.sessions_dir}")
-    click.echo(f"index: {service.db_path} ({size / 1e6:.1f} MB)")
-    click.echo(f"last reconcile: {_when(last)}")
-    click.echo(f"sessions: {counts['sessions']} readable, {counts['unreadable']} unreadable now")
-    click.echo(f"user inputs: {counts['inputs']}")
-    for session_id, reason, good in service.unreadable():
-        kept = " (answering from its last good version)" if good else ""
-        click.echo(f"  unreadable {session_id}.json: {reason}{kept}")
-    service.close()
+    try:
+        exists = os.path.isdir(service.sessions_dir)
+        click.echo(f"sessions directory: {service.sessions_dir}" + ("" if exists else " (missing)"))
+        size = sum(os.path.getsize(p) for p in (f"{service.db_path}{s}" for s in ("", "-wal")) if os.path.exists(p))
+        try:
+            counts = service.counts()
+            unreadable = service.unreadable()
+        except sqlite3.Error as exc:
+            click.echo(f"index: {service.db_path} (cannot be read: {exc})")
+            counts, unreadable = None, []
+        if counts is not None:
+            click.echo(f"index: {service.db_path} ({size / 1e6:.1f} MB)")
+            click.echo(f"last reconcile: {_when(counts['last_reconcile_ns'])}")
+            click.echo(f"sessions: {counts['sessions']} readable, {counts['unreadable']} unreadable now")
+            click.echo(f"user inputs: {counts['inputs']}")
+        for session_id, reason, good in unreadable:
+            kept = " (answering from its last good version)" if good else ""
+            click.echo(f"  unreadable {session_id}.json: {reason}{kept}")
+        for name, kind in ignored_entries(service.sessions_dir):
+            click.echo(f"  ignored {name}: {kind}, not a session")
+    finally:
+        service.close()
 
 
 def _when(ns: object) -> str:

@@ -31,6 +31,7 @@ import signal
 import socket
 import sqlite3
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -244,7 +245,8 @@ def health(service: Any, state: _State, watch: bool) -> dict[str, Any]:
     doc: dict[str, Any] = {"ok": False, "status": "ready" if state.ready.is_set() else "starting"}
     try:
         # A connection of its own, read-only: never waits for the service's lock or a writer.
-        conn = sqlite3.connect(f"file:{service.db_path}?mode=ro", uri=True, timeout=2.0)
+        uri = f"file:{urllib.parse.quote(str(service.db_path))}?mode=ro"  # a path may hold '?', '#' or '%'
+        conn = sqlite3.connect(uri, uri=True, timeout=2.0)
         try:
             counts = queries.counts(conn)
         finally:
@@ -264,7 +266,8 @@ def health(service: Any, state: _State, watch: bool) -> dict[str, Any]:
             if state.start_failed:
                 doc["status"] = "initial indexing failed"
             elif watch and not running:
-                doc["status"] = "watcher not running"
+                missing = not os.path.isdir(service.sessions_dir)
+                doc["status"] = "sessions directory missing" if missing else "watcher not running"
             else:
                 doc["ok"] = True
     return doc

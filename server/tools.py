@@ -97,6 +97,13 @@ def unreadable(conversation_id: str, reason: str) -> ToolError:
     )
 
 
+def unknown_tool(name: object) -> ToolError:
+    shown = repr(name) if not isinstance(name, str) or len(name) <= 80 else f"{name[:80]!r}... ({len(name)} characters)"
+    return ToolError(
+        "unknown_tool", f"There is no tool {shown}; the tools are {LIST_USER_INPUTS} and {LIST_CONVERSATIONS}."
+    )
+
+
 def missing_source_for_children() -> ToolError:
     return ToolError(
         "missing_source_conversation",

@@ -153,24 +153,32 @@ class StdioClient:
 
 @contextmanager
 def stdio_client_for(
-    sessions_dir: Path, db: Path, *, source: str | None = None, args: tuple[str, ...] = (), env: dict[str, str] | None = None
+    sessions_dir: Path,
+    db: Path,
+    *,
+    source: str | None = None,
+    args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    errlog: Any = None,
+    prefix: tuple[str, ...] = (),
 ) -> Iterator[StdioClient]:
+    """`errlog`: a file for the server's stderr (default: the tests' stderr). `prefix`: a command that
+    runs the server (e.g. one that drops privileges or sets a resource limit, then execs the rest)."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("CCWEB_")}
     environment.update(env or {})
     if source is not None:
         environment["CCWEB_SOURCE_SESSION_ID"] = source
-    params = StdioServerParameters(
-        command=CCWEB_INDEX, args=["serve", "--sessions-dir", str(sessions_dir), "--db", str(db), *args], env=environment
-    )
+    command = [*prefix, CCWEB_INDEX, "serve", "--sessions-dir", str(sessions_dir), "--db", str(db), *args]
+    params = StdioServerParameters(command=command[0], args=command[1:], env=environment)
     with start_blocking_portal() as portal:
         # One task owns the whole client lifetime (anyio cancel scopes must exit where they entered).
-        with portal.wrap_async_context_manager(_connected(params)) as client:
+        with portal.wrap_async_context_manager(_connected(params, errlog)) as client:
             yield StdioClient(portal, client)
 
 
 @asynccontextmanager
-async def _connected(params: StdioServerParameters) -> AsyncIterator[ClientSession]:
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+async def _connected(params: StdioServerParameters, errlog: Any = None) -> AsyncIterator[ClientSession]:
+    async with stdio_client(params, errlog=errlog or sys.stderr) as (read, write), ClientSession(read, write) as client:
         await client.initialize()
         yield client
 
