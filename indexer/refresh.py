@@ -174,10 +174,7 @@ class Indexer:
             # late commit of an older read never undoes a newer one; and a file seen gone is
             # forgotten only if its row is still the one that was seen.
             now = store.stored_signatures(self.conn, [item.session_id for item in loaded] + gone)
-            loaded = [
-                item for item in loaded
-                if item.session_id not in now or now[item.session_id].sig.ctime_ns <= item.sig.ctime_ns
-            ]  # fmt: skip
+            loaded = [item for item in loaded if self._newer_than_row(item, now.get(item.session_id))]
             gone = [i for i in gone if i in now and i in stored and now[i].sig == stored[i].sig]
             store.record_loaded(self.conn, loaded)
             store.forget(self.conn, gone)
@@ -191,6 +188,14 @@ class Indexer:
                 self._logged_errors.pop(item.session_id, None)
         stats.removed += len(gone)
         stats.changed.update(gone)
+
+    def _newer_than_row(self, item: Loaded, row: store.Stored | None) -> bool:
+        st = lstat_session(self.sessions_dir, item.session_id)
+        if st is not None and Signature.of(st) == item.sig:
+            return True  # the file's current state, whatever the clock did
+        if row is None:
+            return st is not None  # a row forgotten meanwhile stays forgotten if the file is gone
+        return row.sig.ctime_ns <= item.sig.ctime_ns
 
     def _log_unreadable(self, item: Loaded) -> None:
         # Once per file state: a racy file is re-read until it settles, and must not flood the log.

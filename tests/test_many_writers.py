@@ -1,6 +1,8 @@
 """Defects the hardening (issue #5) found in the indexer, each with the test that showed it: several
 processes writing one index, a call that changes nothing, and the reason given for a lone surrogate.
-docs/reliability.md describes each fix.
+The last two (a deleted session brought back by a late commit, a clock stepped back) were fixed after
+c0afab3: a read of the file's current state is always kept, and a forgotten row stays forgotten while
+the file is gone.
 """
 
 from __future__ import annotations
@@ -163,5 +165,49 @@ def test_a_file_changed_again_before_the_commit_is_not_answered_older(corpus: Co
             contents = [i["content"] for i in result.payload["inputs"]]
             assert contents in (["v0", "v1"], ["v0", "v1", "v2"]), contents
         assert not pending
+    finally:
+        svc.close()
+
+
+def test_a_late_commit_does_not_bring_back_a_deleted_session(corpus: Corpus, db_path: Path) -> None:
+    """S reads a session; it is deleted; H sees it gone and forgets it; then S commits its read. The
+    row has no newer state to lose to, so ctime order lets it in, and H's synced answers list a
+    session that no longer exists (no later event will ever correct it)."""
+    corpus.write("x", session("v0", updated="2026-11-01T00:00:00Z"))
+    corpus.write("y", session("y", updated="2026-11-05T00:00:00Z"))
+    h = Service(corpus.path, db_path, watch=True)
+    h.start()
+    try:
+        other = PausedWriter(corpus, db_path)
+        corpus.write("x", session("v1", updated="2026-11-02T00:00:00Z"))
+        other.look_at("x")  # has read version 1, not committed yet
+        corpus.delete("x")
+        assert [r[0] for r in rows(h)] == ["y"]
+        other.commit()
+        assert [r[0] for r in rows(h)] == ["y"]
+    finally:
+        h.close()
+
+
+def test_a_clock_stepped_back_does_not_freeze_a_session(corpus: Corpus, db_path: Path) -> None:
+    """ctime comes from the wall clock, which NTP or an operator can step back: a file's next state
+    then carries a smaller ctime than the one recorded. The row is made to look like that (recorded
+    an hour "in the future"), as a test cannot step the machine's clock. Every look reads the file
+    again (its signature differs) and is refused, so the old version is answered until the clock
+    catches up."""
+    import sqlite3
+
+    corpus.write("x", session("v0", updated="2026-11-01T00:00:00Z"))
+    svc = Service(corpus.path, db_path)
+    svc.start()
+    try:
+        conn = sqlite3.connect(db_path)
+        with conn:
+            conn.execute("UPDATE sessions SET ctime_ns = ctime_ns + 3600 * 1000000000, racy = 0 WHERE id = 'x'")
+        conn.close()
+        corpus.write("x", session("v0", "v1", updated="2026-11-02T00:00:00Z"))
+        result = svc.call("ccweb_list_user_inputs", {"conversationId": "x"}, None)
+        assert [i["content"] for i in result.payload["inputs"]] == ["v0", "v1"]
+        assert rows(svc) == [("x", "2026-11-02T00:00:00.000Z")]
     finally:
         svc.close()
