@@ -23,7 +23,7 @@ from bench.common import latency_summary, proc_status_mb
 def measure(
     sessions_dir: str, db: str, cases: list[dict[str, Any]], calls: int, per_round: int, warmup: int
 ) -> dict[str, Any]:
-    from server.service import Service
+    from ccweb_index.server.service import Service
 
     before = proc_status_mb()
     started = time.perf_counter()

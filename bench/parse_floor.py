@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from indexer.sessionfile import Unreadable, parse_session, session_id_from_name
+from ccweb_index.indexer.sessionfile import Unreadable, parse_session, session_id_from_name
 
 
 class _SkimMessage(msgspec.Struct):

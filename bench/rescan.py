@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from indexer.sessionfile import Unreadable, format_time, parse_session, session_id_from_name
+from ccweb_index.indexer.sessionfile import Unreadable, format_time, parse_session, session_id_from_name
 
 
 def children_by_rescan(sessions_dir: str, source: str, limit: int) -> dict[str, Any]:

@@ -257,7 +257,7 @@ def _reconcile_in_process(scale: Scale, only: str | None = None) -> tuple[float,
 
     With `only`, `Indexer.refresh([only])` instead: that one file, as the watcher re-indexes it.
     """
-    from server.service import Service
+    from ccweb_index.server.service import Service
 
     service = Service(str(scale.corpus), str(scale.db))
     try:

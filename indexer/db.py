@@ -29,7 +29,7 @@ from pathlib import Path
 import platformdirs
 from sqlite_utils import Database
 
-from migrations import migrations
+from ccweb_index.migrations import migrations
 
 log = logging.getLogger("ccweb_index")
 

@@ -27,7 +27,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from indexer.sessionfile import session_id_from_name
+from ccweb_index.indexer.sessionfile import session_id_from_name
 
 log = logging.getLogger("ccweb_index")
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from indexer.files import (
+from ccweb_index.indexer.files import (
     NotASession,
     Signature,
     TooLarge,
@@ -30,13 +30,13 @@ from indexer.files import (
     lstat_session,
     read_session_file,
 )
-from indexer.sessionfile import Unreadable, parse_session
+from ccweb_index.indexer.sessionfile import Unreadable, parse_session
 
 # Below this much to read, worker processes cost more to start than they save.
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024
 _CHUNK_BYTES = 8 * 1024 * 1024
 _CHUNK_FILES = 64
-WORKER_COMMAND = [sys.executable, "-m", "indexer.load"]
+WORKER_COMMAND = [sys.executable, "-m", "ccweb_index.indexer.load"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +230,6 @@ def _chunks(wanted: list[tuple[str, int]]) -> Iterator[list[str]]:
 
 if __name__ == "__main__":
     # Run the imported module's copy, so results pickle as indexer.load.Loaded, not __main__.Loaded.
-    from indexer.load import _worker as worker
+    from ccweb_index.indexer.load import _worker as worker
 
     worker()

@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from indexer import store
-from indexer.db import get_meta, set_meta, write_transaction
-from indexer.files import (
+from ccweb_index.indexer import store
+from ccweb_index.indexer.db import get_meta, set_meta, write_transaction
+from ccweb_index.indexer.files import (
     DEFAULT_MAX_SESSION_BYTES,
     Signature,
     dir_signature,
@@ -19,7 +19,7 @@ from indexer.files import (
     list_sessions,
     lstat_session,
 )
-from indexer.load import Loaded, load_many
+from ccweb_index.indexer.load import Loaded, load_many
 
 log = logging.getLogger("ccweb_index")
 

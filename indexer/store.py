@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from indexer.files import Signature
-from indexer.load import Loaded
+from ccweb_index.indexer.files import Signature
+from ccweb_index.indexer.load import Loaded
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,9 +38,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from indexer.files import dir_identity
-from indexer.refresh import Indexer
-from indexer.sessionfile import session_id_from_name
+from ccweb_index.indexer.files import dir_identity
+from ccweb_index.indexer.refresh import Indexer
+from ccweb_index.indexer.sessionfile import session_id_from_name
 
 log = logging.getLogger("ccweb_index")
 

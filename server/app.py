@@ -12,8 +12,8 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
-from server.service import Service, ToolResult
-from server.tools import TOOLS
+from ccweb_index.server.service import Service, ToolResult
+from ccweb_index.server.tools import TOOLS
 
 log = logging.getLogger("ccweb_index")
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import click
 
-from indexer.db import IndexMismatch
-from indexer.files import DEFAULT_MAX_SESSION_BYTES, ignored_entries
-from server.service import Service
+from ccweb_index.indexer.db import IndexMismatch
+from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, ignored_entries
+from ccweb_index.server.service import Service
 
 log = logging.getLogger("ccweb_index")
 
@@ -198,7 +198,7 @@ def serve(
 
     import anyio
 
-    from server.app import serve_stdio
+    from ccweb_index.server.app import serve_stdio
 
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(asctime)s ccweb-index %(levelname)s %(message)s")  # fmt: skip
@@ -226,7 +226,7 @@ def _serve_http(
     token_file: str | None,
     allowed_host: tuple[str, ...],
 ) -> None:
-    from server.http import (
+    from ccweb_index.server.http import (
         HttpOptions,
         StartupError,
         bind_sockets,

@@ -240,7 +240,7 @@ def watcher_lag(watcher: Any) -> tuple[float, int]:
 
 def health(service: Any, state: _State, watch: bool) -> dict[str, Any]:
     """The /healthz document: counts and liveness only, never a session's id, title or content."""
-    from server import queries
+    from ccweb_index.server import queries
 
     doc: dict[str, Any] = {"ok": False, "status": "ready" if state.ready.is_set() else "starting"}
     try:
@@ -292,7 +292,7 @@ def build_app(
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    from server.app import build_server
+    from ccweb_index.server.app import build_server
 
     state = state or _State()
     host_check = TransportSecurityMiddleware(security)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from server.tools import StoredInput
+from ccweb_index.server.tools import StoredInput
 
 _COLUMNS = (
     "id, title, agent, status, created_at_ms, updated_at_ms, created_from_kind, user_input_count"

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from indexer.db import (
+from ccweb_index.indexer.db import (
     Index,
     IndexMismatch,
     IndexUnavailable,
@@ -53,12 +53,12 @@ from indexer.db import (
     open_handle,
     resolve_db_path,
 )
-from indexer.files import DEFAULT_MAX_SESSION_BYTES, dir_identity, list_sessions, lstat_session
-from indexer.load import Loaded, load_many, load_session
-from indexer.refresh import Indexer
-from indexer.watch import Watcher, start_watcher
-from server import queries
-from server.tools import (
+from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, dir_identity, list_sessions, lstat_session
+from ccweb_index.indexer.load import Loaded, load_many, load_session
+from ccweb_index.indexer.refresh import Indexer
+from ccweb_index.indexer.watch import Watcher, start_watcher
+from ccweb_index.server import queries
+from ccweb_index.server.tools import (
     CONVERSATIONS_LIMIT,
     INPUTS_LIMIT,
     INPUTS_MAX_CHARS,

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from indexer.sessionfile import format_time, is_valid_id
+from ccweb_index.indexer.sessionfile import format_time, is_valid_id
 
 LIST_USER_INPUTS = "ccweb_list_user_inputs"
 LIST_CONVERSATIONS = "ccweb_list_conversations"

@@ -205,7 +205,7 @@ def test_arguments_that_are_not_an_object(tmp_path: Path) -> None:
 
 
 def test_an_unforeseen_failure_is_a_tool_error_not_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
-    from server.app import guarded_call
+    from ccweb_index.server.app import guarded_call
 
     class Broken:
         def call(self, *args: Any) -> Any:

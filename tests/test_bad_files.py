@@ -23,8 +23,8 @@ from conftest import Corpus, session, stdio_client_for
 from faults import OpenWatch, can_mknod_device, cli, permissions_apply, unprivileged_prefix
 from test_contract import same_answer
 
-from indexer import files, load
-from server.service import Service
+from ccweb_index.indexer import files, load
+from ccweb_index.server.service import Service
 
 MAX_BYTES = 100_000
 SOURCE = "ok"

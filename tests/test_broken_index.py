@@ -29,9 +29,9 @@ from conftest import CCWEB_INDEX, Corpus, StdioClient, session, stdio_client_for
 from faults import PipeLog, assert_consistent, clean_env, cli, index_content, rlimit_prefix
 from test_contract import same_answer
 
-from indexer import db as dbmod
-from migrations import migrations
-from server.service import Service
+from ccweb_index.indexer import db as dbmod
+from ccweb_index.migrations import migrations
+from ccweb_index.server.service import Service
 
 SOURCE = "orch"
 INPUTS = "ccweb_list_user_inputs"
@@ -376,8 +376,8 @@ def test_kill_9_of_a_watcher_under_writes(tmp_path: Path) -> None:
 _KILL_DURING_MIGRATION = """
 import os, signal, sys
 from pathlib import Path
-from migrations import migrations
-from indexer.db import open_index
+from ccweb_index.migrations import migrations
+from ccweb_index.indexer.db import open_index
 target = sys.argv[3]
 for m in migrations._migrations:
     if m.name == target:

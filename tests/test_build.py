@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import Corpus, session
-from indexer import load
-from server.service import Service
+from ccweb_index.indexer import load
+from ccweb_index.server.service import Service
 
 
 def make_corpus(corpus: Corpus) -> None:

@@ -22,9 +22,9 @@ import pytest
 from conftest import Corpus, session, stdio_client_for, wait_until
 from faults import cli
 
-from indexer.files import dir_identity
-from indexer.watch import InotifyWatcher, PollingWatcher
-from server.service import Service
+from ccweb_index.indexer.files import dir_identity
+from ccweb_index.indexer.watch import InotifyWatcher, PollingWatcher
+from ccweb_index.server.service import Service
 
 SOURCE = "orch"
 INPUTS = "ccweb_list_user_inputs"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from conftest import Corpus, session, snapshot, stdio_client_for
-from server.service import Service
+from ccweb_index.server.service import Service
 
 SOURCE = "orch"
 
@@ -31,7 +31,7 @@ def service(request: pytest.FixtureRequest, corpus: Corpus, db_path: Path) -> It
     svc = Service(corpus.path, db_path, watch=request.param != "no-watcher", poll=request.param == "poll")
     svc.start()
     if request.param == "watcher":
-        from indexer.watch import InotifyWatcher
+        from ccweb_index.indexer.watch import InotifyWatcher
 
         assert isinstance(svc.watcher, InotifyWatcher)
 

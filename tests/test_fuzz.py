@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 import reference
 import strategies as gen
 from conftest import stdio_client_for
-from server.service import Service
-from server.tools import StoredInput, user_inputs_answer
+from ccweb_index.server.service import Service
+from ccweb_index.server.tools import StoredInput, user_inputs_answer
 from test_contract import same_answer
 
 

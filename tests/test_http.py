@@ -300,7 +300,7 @@ def test_the_source_comes_from_the_header(shared: tuple[HttpServer, Corpus, Path
 def test_two_headers_are_no_source() -> None:
     from starlette.requests import Request
 
-    from server.http import source_from_request
+    from ccweb_index.server.http import source_from_request
 
     class Ctx:
         def __init__(self, headers: list[tuple[bytes, bytes]]) -> None:
@@ -451,8 +451,8 @@ def test_the_watcher_keeps_scope_all_current(shared: tuple[HttpServer, Corpus, P
 
 
 def test_watcher_lag_is_the_age_of_unapplied_events() -> None:
-    from indexer.watch import _DirtySet
-    from server.http import watcher_lag
+    from ccweb_index.indexer.watch import _DirtySet
+    from ccweb_index.server.http import watcher_lag
 
     class Watcher:
         dirty = _DirtySet()

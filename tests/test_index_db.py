@@ -9,9 +9,9 @@ import pytest
 from sqlite_utils import Database
 
 from conftest import Corpus, session
-from indexer.db import IndexMismatch, connect, default_db_path, open_index
-from migrations import migrations
-from server.service import Service
+from ccweb_index.indexer.db import IndexMismatch, connect, default_db_path, open_index
+from ccweb_index.migrations import migrations
+from ccweb_index.server.service import Service
 
 
 def applied(path: Path) -> list[str]:

@@ -16,7 +16,7 @@ import pytest
 from conftest import Corpus, session
 from faults import cli
 
-from server.service import Service
+from ccweb_index.server.service import Service
 
 CONVERSATIONS = "ccweb_list_conversations"
 
@@ -107,7 +107,7 @@ def test_a_call_that_changes_nothing_does_not_write_the_index(
     readable and current."""
     from test_broken_index import hold_lock
 
-    from indexer import db as dbmod
+    from ccweb_index.indexer import db as dbmod
 
     monkeypatch.setattr(dbmod, "BUSY_TIMEOUT_MS", 200)
     corpus.write("a", session("x", updated="2026-11-01T00:00:00Z"), mtime_ns=1_700_000_000_000_000_000)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from indexer.sessionfile import (
+from ccweb_index.indexer.sessionfile import (
     Unreadable,
     format_time,
     is_valid_id,
