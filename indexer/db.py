@@ -3,7 +3,7 @@
 The index is a cache of the session files. A database that is damaged (not a database, corrupt,
 missing its tables) is deleted and rebuilt from the files rather than repaired. One that merely
 cannot be used right now (locked by another process, the disk full, the directory not writable) is
-left alone: the caller answers from the files meanwhile (see server.service).
+left alone: the caller answers from the files meanwhile (see indexer.handle).
 
 A running process also notices when the files of its index are deleted, replaced, truncated, or
 lose their `-wal` / `-shm` companions under it (`Index.problem`), and then replaces the index. Closing
@@ -20,7 +20,6 @@ import fcntl
 import hashlib
 import logging
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -29,17 +28,21 @@ from pathlib import Path
 import platformdirs
 from sqlite_utils import Database
 
+from ccweb_index.indexer.errors import IndexBroken, IndexMismatch, IndexUnavailable, translate
 from ccweb_index.migrations import migrations
 
 log = logging.getLogger("ccweb_index")
 
 # How long a statement waits for another connection's write lock before giving up. A call that
 # gives up answers from the session files (server.service), so this bounds how long a lock held
-# elsewhere can delay an answer; our own write transactions are short (at most 200 files).
+# elsewhere can delay an answer; our own write transactions are short (indexer.refresh bounds them
+# by _BATCH_FILES and _BATCH_BYTES).
 BUSY_TIMEOUT_MS = 5_000
 # How long opening waits for another process that is creating, migrating or rebuilding the index.
 OPEN_LOCK_TIMEOUT_SECONDS = 10.0
 _SIDE_FILES = ("-wal", "-shm")
+# The page cache of a connection: large enough that a build's index inserts stay in memory.
+_CACHE_KIB = 32_000
 
 
 def default_db_path(sessions_dir: str | os.PathLike[str]) -> Path:
@@ -60,88 +63,11 @@ def connect(path: Path) -> sqlite3.Connection:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("PRAGMA cache_size = -32000")  # 32 MB: a build's index inserts stay in memory
+        conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")  # negative: KiB, not pages
     except BaseException:
         conn.close()
         raise
     return conn
-
-
-# --- what went wrong ----------------------------------------------------------------------------
-
-
-class IndexMismatch(Exception):
-    pass
-
-
-class IndexUnavailable(sqlite3.OperationalError):
-    """The index cannot be used right now (not open, or another process holds a lock on it)."""
-
-
-_SQLITE_ERROR, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 1, 5, 6, 8
-_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
-_SQLITE_READONLY_DBMOVED = _SQLITE_READONLY | (4 << 8)
-_SCHEMA_GONE = re.compile(r"no such (table|column|index)|malformed|not a database", re.IGNORECASE)
-
-
-def classify(exc: BaseException) -> str:
-    """What a failure of the index means for its user.
-
-    - "busy": another connection holds a lock; retry later, the index itself is fine;
-    - "broken": the database is damaged or lost its schema; delete it and rebuild from the files;
-    - "moved": the file this connection uses was deleted or replaced; open the one at the path;
-    - "unavailable": anything else (disk full, I/O error, not writable, not open): retry later.
-    """
-    if isinstance(exc, IndexUnavailable):
-        return "busy" if getattr(exc, "busy", False) else "unavailable"
-    if not isinstance(exc, sqlite3.Error):
-        return "unavailable"
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code == _SQLITE_READONLY_DBMOVED:
-        return "moved"
-    primary = None if code is None else code & 0xFF
-    if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
-        return "busy"
-    if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
-        return "broken"
-    if primary == _SQLITE_ERROR and _SCHEMA_GONE.search(str(exc)):
-        return "broken"
-    if primary is None and isinstance(exc, sqlite3.DatabaseError) and _SCHEMA_GONE.search(str(exc)):
-        return "broken"
-    return "unavailable"
-
-
-# Failures that say nothing about the database file itself: the lock, the disk, the permissions.
-_ENVIRONMENTAL = {3, 5, 6, 7, 8, 9, 10, 13, 14, 15, 22, 23}  # PERM BUSY LOCKED NOMEM READONLY INTERRUPT
-# IOERR FULL CANTOPEN PROTOCOL NOLFS AUTH
-
-
-def environmental(exc: BaseException) -> bool:
-    """Whether opening failed for a reason outside the database (so deleting it would not help).
-
-    Anything else while opening and migrating (not a database, corrupt, a schema the migrations
-    cannot apply to, e.g. a table made by a migration whose record was lost) means the file cannot
-    serve as the index: it is rebuilt.
-    """
-    if isinstance(exc, (OSError, IndexUnavailable)) or not isinstance(exc, sqlite3.Error):
-        return True
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code is not None and code & 0xFF in _ENVIRONMENTAL and code != _SQLITE_READONLY_DBMOVED
-
-
-class NoIndex:
-    """Stands in for the connection while there is no usable index: every use fails cleanly."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        self.in_transaction = False
-        self.total_changes = 0
-
-    def __getattr__(self, name: str) -> object:
-        def fail(*args: object, **kwargs: object) -> None:
-            raise IndexUnavailable(f"the index is not open ({self.reason})")
-
-        return fail
 
 
 # --- opening ----------------------------------------------------------------------------------
@@ -219,8 +145,8 @@ class Index:
 def open_index(path: Path, sessions_dir: str) -> sqlite3.Connection:
     """Open (creating, upgrading or rebuilding as needed) the index for `sessions_dir`.
 
-    Raises IndexMismatch when the database at `path` indexes a different directory, and
-    IndexUnavailable (an sqlite3.OperationalError) when it cannot be opened now.
+    Raises IndexMismatch when the database at `path` indexes a different directory, and an
+    IndexFailure (indexer.errors) when it cannot be opened now.
     """
     return open_handle(path, sessions_dir).conn
 
@@ -250,8 +176,9 @@ def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None
             if conn is not None:
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
-            if environmental(exc):
-                raise _unavailable(exc) from None
+            failure = translate(exc, opening=True)
+            if not isinstance(failure, IndexBroken):
+                raise failure from None
             log.warning("index %s cannot be used (%s); rebuilding it from the session files", path, exc)
         _discard(path)
         conn = None
@@ -263,16 +190,7 @@ def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None
             if conn is not None:
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
-            raise _unavailable(exc) from None
-
-
-def _unavailable(exc: BaseException) -> IndexUnavailable:
-    if isinstance(exc, IndexUnavailable):
-        return exc
-    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    error = IndexUnavailable(reason)
-    error.busy = classify(exc) == "busy"  # type: ignore[attr-defined]
-    return error
+            raise translate(exc, opening=True) from None
 
 
 def _migrate_and_claim(conn: sqlite3.Connection, sessions_dir: str) -> None:

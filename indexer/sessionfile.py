@@ -13,7 +13,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgspec
 
@@ -21,7 +21,7 @@ SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 SUFFIX = ".json"
 
 
-def is_valid_id(value: object) -> bool:
+def is_valid_id(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and SESSION_ID_RE.fullmatch(value) is not None
 
 

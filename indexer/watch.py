@@ -20,7 +20,7 @@ lost, and is retried with a growing delay; `sync()` applies what is pending itse
 
 Each watcher records which directory it watches (`watched`: device and inode). If the sessions path
 comes to lead elsewhere (the directory deleted and recreated, renamed, replaced by a symlink), the
-owner (server.service) sees `watched` differ from the path's identity and starts a new watcher.
+owner (server.supervisor) sees `watched` differ from the path's identity and starts a new watcher.
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ import logging
 import os
 import re
 import shutil
-import sqlite3
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from typing import Protocol
 
+from ccweb_index.indexer.errors import IndexFailure
 from ccweb_index.indexer.files import dir_identity
 from ccweb_index.indexer.refresh import Indexer
 from ccweb_index.indexer.sessionfile import session_id_from_name
@@ -219,7 +219,7 @@ def _initial_reconcile(indexer: Indexer, dirty: _DirtySet, on_error: ErrorHandle
     # index cannot be written now, the applier does it later (and calls check the files meanwhile).
     try:
         indexer.reconcile()
-    except (sqlite3.Error, OSError) as exc:
+    except (IndexFailure, OSError) as exc:
         dirty.overflow()
         (on_error or _FailureLog())(exc)
 

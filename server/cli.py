@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import signal
-import sqlite3
 import sys
 import threading
 import time
@@ -14,7 +13,7 @@ from typing import Any
 
 import click
 
-from ccweb_index.indexer.db import IndexMismatch
+from ccweb_index.indexer.errors import IndexFailure, IndexMismatch
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, ignored_entries
 from ccweb_index.server.service import Service
 
@@ -63,8 +62,8 @@ def _open_service(sessions_dir: str, db: str | None, max_session_bytes: int, **k
 
 
 def _require_index(service: Service) -> None:
-    if service.index is None:
-        raise click.ClickException(f"cannot open the index {service.db_path}: {service.conn.reason}")  # type: ignore[attr-defined]
+    if not service.handle.is_open:
+        raise click.ClickException(f"cannot open the index {service.db_path}: {service.handle.reason}")
 
 
 def _require_dir(sessions_dir: str) -> None:
@@ -103,7 +102,7 @@ def build(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bo
             else:
                 stats = service.indexer.reconcile()
             counts = service.counts()
-        except sqlite3.Error as exc:
+        except IndexFailure as exc:
             raise click.ClickException(f"cannot write the index {service.db_path}: {exc}") from None
         elapsed = time.perf_counter() - started
     finally:
@@ -315,7 +314,7 @@ def status(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: b
         try:
             counts = service.counts()
             unreadable = service.unreadable()
-        except sqlite3.Error as exc:
+        except IndexFailure as exc:
             click.echo(f"index: {service.db_path} (cannot be read: {exc})")
             counts, unreadable = None, []
         if counts is not None:

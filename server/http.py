@@ -43,7 +43,9 @@ SOURCE_HEADER = "X-Ccweb-Source-Session"
 TOKEN_ENV = "CCWEB_INDEX_TOKEN"
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
-# Long enough for any call to finish (a call waits at most the database busy timeout, 30 s).
+# Long enough for any call to finish: a call waits at most server.from_index.LOCK_WAIT_SECONDS for
+# this process's lock, then indexer.db.BUSY_TIMEOUT_MS for another process's, before it answers
+# from the files instead.
 GRACEFUL_SHUTDOWN_SECONDS = 35.0
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 

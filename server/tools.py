@@ -1,6 +1,7 @@
-"""The two tools' contracts: names, schemas, descriptions, argument leniency, and answer shapes.
+"""The two tools' contracts: names, schemas, descriptions, requests parsed leniently, answer shapes.
 
-Pure functions only: no files, no database. `server.service` feeds them what the index holds.
+Pure functions only: no files, no database. `server.service` parses each request here, and the
+answers (`server.from_index`, `server.from_files`) are shaped here from what they found.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ccweb_index.indexer.row import SessionRow
 from ccweb_index.indexer.sessionfile import format_time, is_valid_id
 
 LIST_USER_INPUTS = "ccweb_list_user_inputs"
@@ -72,13 +74,14 @@ def requested_conversation(arguments: dict[str, Any], source: str | None) -> str
                 "and '-'. Omit it to read the inputs of the conversation you are running in.",
             )
         return value
-    if valid_source(source) is None:
+    own = valid_source(source)
+    if own is None:
         raise ToolError(
             "missing_source_conversation",
             "No conversationId was given and this server was not told which conversation you are running "
             f"in ({_SOURCE_SETTINGS}). Pass conversationId explicitly.",
         )
-    return source  # type: ignore[return-value]
+    return own
 
 
 def not_found(conversation_id: str) -> ToolError:
@@ -110,6 +113,47 @@ def missing_source_for_children() -> ToolError:
         'scope "children" lists the conversations created by the conversation you are running in, '
         f"but this server was not told which conversation you are running in ({_SOURCE_SETTINGS}). "
         'Use scope "all" instead.',
+    )
+
+
+# --- the two requests, validated -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InputsRequest:
+    conversation_id: str
+    limit: int
+    max_chars: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationsRequest:
+    children_of: str | None  # scope "children": the source conversation; None for scope "all"
+    source: str | None
+    limit: int
+    agent_key: str | None
+    status_key: str | None
+
+
+def inputs_request(arguments: dict[str, Any], source: str | None) -> InputsRequest:
+    return InputsRequest(
+        requested_conversation(arguments, source),
+        clamp_int(arguments.get("limit"), INPUTS_LIMIT),
+        clamp_int(arguments.get("maxChars"), INPUTS_MAX_CHARS),
+    )
+
+
+def conversations_request(arguments: dict[str, Any], source: str | None) -> ConversationsRequest:
+    source = valid_source(source)
+    children = arguments.get("scope") == "children"
+    if children and source is None:
+        raise missing_source_for_children()
+    return ConversationsRequest(
+        source if children else None,
+        source,
+        clamp_int(arguments.get("limit"), CONVERSATIONS_LIMIT),
+        filter_key(arguments.get("agent")),
+        filter_key(arguments.get("status")),
     )
 
 
@@ -163,16 +207,29 @@ def _input(item: StoredInput, content: str, original: int, truncated: bool) -> d
     }
 
 
-def conversation_row(row: Any) -> dict[str, Any]:
+def conversations_answer(request: ConversationsRequest, rows: list[SessionRow]) -> dict[str, Any]:
+    """`rows`: the matching sessions in answer order, up to one more than the limit (to tell hasMore)."""
+    limit = request.limit
     return {
-        "conversationId": row["id"],
-        "title": row["title"],
-        "agent": row["agent"],
-        "status": row["status"],
-        "createdAt": format_time(row["created_at_ms"]),
-        "updatedAt": format_time(row["updated_at_ms"]),
-        "createdFromKind": row["created_from_kind"],
-        "userInputCount": row["user_input_count"],
+        "scope": "children" if request.children_of is not None else "all",
+        "sourceConversationId": request.source,
+        "limit": limit,
+        "returnedCount": min(len(rows), limit),
+        "hasMore": len(rows) > limit,
+        "conversations": [conversation_row(row) for row in rows[:limit]],
+    }
+
+
+def conversation_row(row: SessionRow) -> dict[str, Any]:
+    return {
+        "conversationId": row.id,
+        "title": row.title,
+        "agent": row.agent,
+        "status": row.status,
+        "createdAt": format_time(row.created_at_ms),
+        "updatedAt": format_time(row.updated_at_ms),
+        "createdFromKind": row.created_from_kind,
+        "userInputCount": row.user_input_count,
     }
 
 

@@ -436,7 +436,7 @@ def test_a_schema_left_half_made_without_its_record_is_rebuilt(tmp_path: Path) -
     svc = Service(corpus.path, db)
     svc.start()
     try:
-        assert svc.index is not None
+        assert svc.handle.is_open
         result = svc.call(CONVERSATIONS, {"scope": "children"}, SOURCE)
         same_answer((result.payload, result.is_error), reference.list_conversations(corpus.path, {"scope": "children"}, SOURCE))
     finally:
@@ -476,7 +476,7 @@ def test_an_index_locked_at_start_is_waited_for_not_discarded(tmp_path: Path, mo
     try:
         try:
             svc.start()
-            assert svc.index is None
+            assert not svc.handle.is_open
             change(corpus, 0)
             for name, arguments in CALLS:
                 result = svc.call(name, arguments, SOURCE)
@@ -490,7 +490,7 @@ def test_an_index_locked_at_start_is_waited_for_not_discarded(tmp_path: Path, mo
         def answered_from_the_index() -> bool:
             result = svc.call(CONVERSATIONS, {}, SOURCE)
             same_answer((result.payload, result.is_error), reference.list_conversations(corpus.path, {}, SOURCE))
-            return svc.index is not None
+            return svc.handle.is_open
 
         assert wait_until(answered_from_the_index, timeout=30)
         assert db.stat().st_ino == inode
