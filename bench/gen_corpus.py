@@ -144,7 +144,7 @@ class _Text:
 # --------------------------------------------------------------------------- helpers
 
 def _uuid(rng: random.Random) -> str:
-    h = "%032x" % rng.getrandbits(128)
+    h = f"{rng.getrandbits(128):032x}"
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
 
 
@@ -247,7 +247,7 @@ def _plan(n: int, seed: int, scale: float) -> tuple[list[_Plan], dict]:
         return out
 
     def mcp(src: str) -> dict:
-        return {"kind": "mcp", "sourceSessionId": src, "toolUseId": "toolu_" + "%024x" % rng.getrandbits(96)}
+        return {"kind": "mcp", "sourceSessionId": src, "toolUseId": "toolu_" + f"{rng.getrandbits(96):024x}"}
 
     def branch(src: str) -> dict:
         return {"kind": "branch", "sourceSessionId": src, "fromMessageIndex": rng.randrange(0, 40)}
@@ -322,7 +322,7 @@ class _Gen:
                 fields.append({"id": f"q{j + 1}", "label": label, "type": "text"})
                 ans = self.text.chars(rng, rng.randint(4, 60)).strip() or "无"
                 lines.append(f"问题{j + 1}：{label}\n回答：{ans}")
-        prompt = {"id": "form_" + "%016x" % rng.getrandbits(64), "title": title, "fields": fields}
+        prompt = {"id": "form_" + f"{rng.getrandbits(64):016x}", "title": title, "fields": fields}
         return prompt, "\n\n".join(lines)
 
     def session(self, plan: _Plan, seed: int) -> tuple[bytes, int]:
@@ -404,13 +404,13 @@ class _Gen:
                 m = {"id": mid, "role": "assistant", "content": [{"type": "text", "text": t}],
                      "ccwebPrompt": extra}
             elif kind == "tool_use":
-                pending_tool = "toolu_" + "%024x" % rng.getrandbits(96)
+                pending_tool = "toolu_" + f"{rng.getrandbits(96):024x}"
                 name = rng.choice(_TOOLS)
                 b = budget[i]
                 if name == "Bash":
                     inp = {"command": self.code.bytes_(rng, b), "description": text.chars(rng, 12)}
                 elif name in ("Edit", "Write"):
-                    inp = {"file_path": "/home/dev/project/src/" + "%08x" % rng.getrandbits(32) + ".py",
+                    inp = {"file_path": "/home/dev/project/src/" + f"{rng.getrandbits(32):08x}" + ".py",
                            "content": self.code.bytes_(rng, b)}
                 else:
                     inp = {"query": text.bytes_(rng, b)}

@@ -20,7 +20,6 @@ from ccweb_index.indexer.files import (
 from ccweb_index.indexer.handle import IndexHandle
 from ccweb_index.indexer.load import Loaded, UnreadableLog, load_many
 
-
 # Bounds one write transaction, so readers in other processes never wait long.
 _BATCH_FILES = 1000
 _BATCH_BYTES = 64 * 1024 * 1024

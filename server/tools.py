@@ -34,7 +34,7 @@ class ToolError(Exception):
 # --- argument leniency ---------------------------------------------------------------------
 
 
-def clamp_int(value: Any, bounds: tuple[int, int, int]) -> int:
+def clamp_int(value: object, bounds: tuple[int, int, int]) -> int:
     """A number is truncated then clamped; anything else (bool, string, null, missing) is the default."""
     low, high, default = bounds
     if isinstance(value, bool) or not isinstance(value, (int, float)):

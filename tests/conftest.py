@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 from anyio.from_thread import BlockingPortal, start_blocking_portal
+from hypothesis import HealthCheck, settings
 from mcp import ClientSession, StdioServerParameters, stdio_client
+
 
 def _installed_command() -> str | None:
     # The command installed beside the interpreter running the tests, whether or not its venv is on PATH.

@@ -24,14 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import reference
-from conftest import CCWEB_INDEX, Corpus, StdioClient, session, stdio_client_for, wait_until
-from faults import PipeLog, assert_consistent, clean_env, cli, index_content, rlimit_prefix
-from test_contract import same_answer
 
 from ccweb_index.indexer import db as dbmod
 from ccweb_index.migrations import migrations
 from ccweb_index.server.service import Service
+
+import reference
+from conftest import CCWEB_INDEX, Corpus, StdioClient, session, stdio_client_for, wait_until
+from faults import PipeLog, assert_consistent, clean_env, cli, index_content, rlimit_prefix
+from test_contract import same_answer
 
 SOURCE = "orch"
 INPUTS = "ccweb_list_user_inputs"

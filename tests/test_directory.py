@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Corpus, session, stdio_client_for, wait_until
-from faults import cli
 
 from ccweb_index.indexer.files import dir_identity
 from ccweb_index.indexer.watch import InotifyWatcher, PollingWatcher
 from ccweb_index.server.service import Service
+
+from conftest import Corpus, session, stdio_client_for, wait_until
+from faults import cli
 
 SOURCE = "orch"
 INPUTS = "ccweb_list_user_inputs"

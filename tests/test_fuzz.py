@@ -13,11 +13,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ccweb_index.server.service import Service
+from ccweb_index.server.tools import StoredInput, user_inputs_answer
+
 import reference
 import strategies as gen
 from conftest import stdio_client_for
-from ccweb_index.server.service import Service
-from ccweb_index.server.tools import StoredInput, user_inputs_answer
 from test_contract import same_answer
 
 

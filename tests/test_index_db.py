@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from sqlite_utils import Database
 
-from conftest import Corpus, session
 from ccweb_index.indexer.db import IndexMismatch, connect, default_db_path, open_index
 from ccweb_index.migrations import migrations
 from ccweb_index.server.service import Service
+
+from conftest import Corpus, session
 
 
 def applied(path: Path) -> list[str]:

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Corpus, session
-from faults import cli
 
 from ccweb_index.server.service import Service
+
+from conftest import Corpus, session
+from faults import cli
 
 CONVERSATIONS = "ccweb_list_conversations"
 
