@@ -31,6 +31,7 @@ from ccweb_index.indexer.files import (
     read_session_file,
 )
 from ccweb_index.indexer.sessionfile import Unreadable, parse_session
+from ccweb_index.indexer.stored import stored_head
 
 # Below this much to read, worker processes cost more to start than they save.
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024
@@ -77,7 +78,11 @@ def load_session(sessions_dir: str, session_id: str, max_bytes: int) -> Loaded |
         parsed.created_at_ms, updated, parsed.created_from_kind, parsed.created_from_source,
         len(parsed.user_inputs),
     )  # fmt: skip
-    inputs = [(seq, i.message_id, i.created_at_ms, i.content) for seq, i in enumerate(parsed.user_inputs)]
+    # Cut here, in the worker: only what the index keeps crosses the pipe (indexer.stored).
+    inputs = [
+        (seq, i.message_id, i.created_at_ms, stored_head(i.content), len(i.content))
+        for seq, i in enumerate(parsed.user_inputs)
+    ]
     return Loaded(session_id, sig, racy, None, len(data), row, inputs)
 
 
