@@ -24,7 +24,7 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -37,35 +37,25 @@ class _SkimMessage(msgspec.Struct):
     timestamp: Any = None
 
 
-class _SkimDocument(msgspec.Struct):
-    title: Any = None
-    agent: Any = None
-    status: Any = None
-    createdAt: Any = None
-    updatedAt: Any = None
-    createdFrom: Any = None
-    messages: list[_SkimMessage] | None = None
-
-
-_skim = msgspec.json.Decoder(_SkimDocument)
-
-
-class _FloorMessage(msgspec.Struct):
-    role: Any = None
+class _FloorMessage(_SkimMessage):
     content: msgspec.Raw = msgspec.Raw(b"null")  # left undecoded unless the message is the user's
     id: Any = None
-    createdAt: Any = None
-    timestamp: Any = None
 
 
-class _FloorDocument(msgspec.Struct):
+M = TypeVar("M")
+
+
+class _Document(msgspec.Struct, Generic[M]):
     title: Any = None
     agent: Any = None
     status: Any = None
     createdAt: Any = None
     updatedAt: Any = None
     createdFrom: Any = None
-    messages: list[_FloorMessage] | None = None
+    messages: list[M] | None = None
+
+
+_skim = msgspec.json.Decoder(_Document[_SkimMessage])
 
 
 class _FloorBlock(msgspec.Struct):
@@ -73,7 +63,7 @@ class _FloorBlock(msgspec.Struct):
     text: Any = None  # a block's other fields (a tool result's body) are skipped
 
 
-_floor = msgspec.json.Decoder(_FloorDocument)
+_floor = msgspec.json.Decoder(_Document[_FloorMessage])
 _content = msgspec.json.Decoder(str | list[_FloorBlock] | None)
 _any = msgspec.json.Decoder()
 
