@@ -29,6 +29,7 @@ import platformdirs
 from sqlite_utils import Database
 
 from ccweb_index.indexer.errors import IndexBroken, IndexMismatch, IndexUnavailable, translate
+from ccweb_index.indexer.stored import STORED_CHARS_KEY, STORED_INPUT_CHARS
 from ccweb_index.migrations import migrations
 
 log = logging.getLogger("ccweb_index")
@@ -68,6 +69,10 @@ def connect(path: Path) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+class _Outdated(Exception):
+    """The index keeps less of each input than an answer can show now: it is rebuilt, not used."""
 
 
 # --- opening ----------------------------------------------------------------------------------
@@ -172,6 +177,10 @@ def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None
             if conn is not None:
                 conn.close()
             raise
+        except _Outdated as exc:
+            if conn is not None:
+                conn.close()
+            log.info("index %s %s; rebuilding it from the session files", path, exc)
         except (sqlite3.Error, OSError) as exc:
             if conn is not None:
                 with contextlib.suppress(sqlite3.Error):
@@ -205,6 +214,18 @@ def _migrate_and_claim(conn: sqlite3.Connection, sessions_dir: str) -> None:
             f"the index belongs to the sessions directory {row[0]!r}, not {sessions_dir!r}; "
             "pass another --db, or delete this index file to rebuild it"
         )
+    _check_stored_chars(conn)
+
+
+def _check_stored_chars(conn: sqlite3.Connection) -> None:
+    """Raise _Outdated when the index was written keeping fewer code points of each input than
+    an answer can show now (indexer.stored): its short text must never answer."""
+    stored = get_meta(conn, STORED_CHARS_KEY)
+    if not isinstance(stored, int) or stored < STORED_INPUT_CHARS:
+        raise _Outdated(f"keeps {stored} code points of each input, fewer than the {STORED_INPUT_CHARS} an answer can show")
+    if stored > STORED_INPUT_CHARS:
+        # Rows written from now on keep less: say so, so that raising the constant again rebuilds.
+        set_meta(conn, **{STORED_CHARS_KEY: STORED_INPUT_CHARS})
 
 
 def _discard(path: Path) -> None:

@@ -33,6 +33,7 @@ from ccweb_index.indexer.files import (
 )
 from ccweb_index.indexer.row import SessionRow
 from ccweb_index.indexer.sessionfile import Unreadable, parse_session
+from ccweb_index.indexer.stored import stored_head
 
 log = logging.getLogger("ccweb_index")
 
@@ -54,8 +55,8 @@ class Loaded:
     error: str | None  # None: it parsed, and `row` and `inputs` hold it
     size: int
     row: SessionRow | None = None
-    # (seq, message_id, created_at_ms, content): plain tuples, which cross the worker pipe cheaply
-    inputs: list[tuple[int, str | None, int | None, str]] = field(default_factory=list)
+    # (seq, message_id, created_at_ms, head, original_chars): plain tuples, which cross the worker pipe cheaply
+    inputs: list[tuple[int, str | None, int | None, str, int]] = field(default_factory=list)
 
 
 class UnreadableLog:
@@ -100,7 +101,11 @@ def load_session(sessions_dir: str, session_id: str, max_bytes: int) -> Loaded |
         parsed.status, parsed.created_at_ms, updated, parsed.created_from_kind, parsed.created_from_source,
         len(parsed.user_inputs),
     )  # fmt: skip
-    inputs = [(seq, i.message_id, i.created_at_ms, i.content) for seq, i in enumerate(parsed.user_inputs)]
+    # Cut here, in the worker: only what the index keeps crosses the pipe (indexer.stored).
+    inputs = [
+        (seq, i.message_id, i.created_at_ms, stored_head(i.content), len(i.content))
+        for seq, i in enumerate(parsed.user_inputs)
+    ]
     return Loaded(session_id, sig, racy, None, len(data), row, inputs)
 
 

@@ -49,7 +49,8 @@ def record_loaded(conn: sqlite3.Connection, loaded: list[Loaded]) -> None:
     )
     conn.executemany("DELETE FROM user_inputs WHERE session_id = ?", [(item.session_id,) for item in parsed])
     conn.executemany(
-        "INSERT INTO user_inputs (session_id, seq, message_id, created_at_ms, content) VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO user_inputs (session_id, seq, message_id, created_at_ms, content, original_chars) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
         [(item.session_id, *row) for item in parsed for row in item.inputs],
     )
     for item in loaded:

@@ -87,7 +87,7 @@ def session_state(conn: sqlite3.Connection, session_id: str) -> tuple[bool, str 
 
 def newest_inputs(conn: sqlite3.Connection, session_id: str, limit: int) -> list[StoredInput]:
     rows = conn.execute(
-        "SELECT message_id, created_at_ms, content FROM user_inputs WHERE session_id = ? "
+        "SELECT message_id, created_at_ms, content, original_chars FROM user_inputs WHERE session_id = ? "
         "ORDER BY seq DESC LIMIT ?",
         (session_id, limit),
     ).fetchall()

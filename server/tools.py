@@ -12,12 +12,14 @@ from typing import Any
 
 from ccweb_index.indexer.row import SessionRow
 from ccweb_index.indexer.sessionfile import format_time, is_valid_id
+from ccweb_index.indexer.stored import STORED_INPUT_CHARS
 
 LIST_USER_INPUTS = "ccweb_list_user_inputs"
 LIST_CONVERSATIONS = "ccweb_list_conversations"
 
 INPUTS_LIMIT = (1, 50, 15)  # minimum, maximum, default
-INPUTS_MAX_CHARS = (1, 1000, 1000)
+# The index keeps no more of an input than the largest budget (indexer.stored); the default is all of it.
+INPUTS_MAX_CHARS = (1, STORED_INPUT_CHARS, STORED_INPUT_CHARS)
 CONVERSATIONS_LIMIT = (1, 100, 20)
 
 
@@ -164,7 +166,8 @@ def conversations_request(arguments: dict[str, Any], source: str | None) -> Conv
 class StoredInput:
     message_id: str | None
     created_at_ms: int | None
-    content: str
+    content: str  # the input's head: at least as many code points as any budget (indexer.stored)
+    original_chars: int  # the whole input's length in code points
 
 
 def user_inputs_answer(
@@ -175,7 +178,7 @@ def user_inputs_answer(
     chosen: list[dict[str, Any]] = []
     cut = False
     for item in newest_first[:limit]:
-        length = len(item.content)
+        length = item.original_chars
         if length <= remaining:
             chosen.append(_input(item, item.content, length, False))
             remaining -= length
@@ -274,9 +277,9 @@ USER_INPUTS_TOOL: dict[str, Any] = {
             },
             "maxChars": {
                 "type": "integer",
-                "minimum": 1,
-                "maximum": 1000,
-                "default": 1000,
+                "minimum": INPUTS_MAX_CHARS[0],
+                "maximum": INPUTS_MAX_CHARS[1],
+                "default": INPUTS_MAX_CHARS[2],
                 "description": "Total Unicode code points of content returned, shared by all inputs (default 1000).",
             },
         },

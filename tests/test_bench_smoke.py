@@ -22,50 +22,59 @@ def test_bench_run_quick_reports_every_figure(tmp_path: Path) -> None:
         "--calls", "30", "--round", "10", "--rescan-calls", "3", "--lag-writes", "10",
         "--corpus-dir", str(tmp_path / "corpora"), "--out-dir", str(out_dir),
     ]  # fmt: skip
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=110)
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-6000:]
 
     results = json.loads((out_dir / "benchmarks.json").read_text())
     assert results["errors"] == {}, results["errors"]
-    assert results["missing_figures"] == [], results["missing_figures"]
-
+    assert set(results["profiles"]) == {"short", "long"}, "both corpus profiles by default"
     from bench.report import CASES, REQUIRED, missing_figures
 
-    assert missing_figures(results) == []
     assert len(REQUIRED) > 60
-    steps = results["steps"]
-    for step in ("inprocess_main", "stdio_main", "inprocess_small"):
-        assert set(steps[step]["cases"]) == set(CASES)
-        for case in steps[step]["cases"].values():
-            assert case["calls"] == 30
-    assert steps["rescan_main"]["same_answer_as_inprocess"] is True
-    assert steps["rebuild_main"]["noop_files_read"] == 0
-    assert steps["rebuild_main"]["changed_files_read"] == 1
-    assert steps["watcher_main"]["writes"] == 10
-    # Every target of issue 4 has a measured value and a verdict (met or not is not this test's business).
-    assert len(results["targets"]) >= 18
-    assert all(isinstance(row["value"], float | int) and row["met"] in (True, False) for row in results["targets"])
+    for profile, measured in results["profiles"].items():
+        assert measured["missing_figures"] == [], (profile, measured["missing_figures"])
+        assert missing_figures(measured) == []
+        steps = measured["steps"]
+        assert steps["corpus_main"]["profile"] == profile
+        assert steps["corpus_main"]["inputs"]["count"] > 0
+        for step in ("inprocess_main", "stdio_main", "inprocess_small"):
+            assert set(steps[step]["cases"]) == set(CASES)
+            for case in steps[step]["cases"].values():
+                assert case["calls"] == 30
+        assert steps["floor_main"]["floor_s"] > 0 and steps["floor_main"]["parse_s"] > 0
+        assert steps["rescan_main"]["same_answer_as_inprocess"] is True
+        assert steps["rebuild_main"]["noop_files_read"] == 0
+        assert steps["rebuild_main"]["changed_files_read"] == 1
+        assert steps["watcher_main"]["writes"] == 10
+        # Every target has a measured value and a verdict (met or not is not this test's business).
+        assert len(measured["targets"]) >= 18
+        assert all(isinstance(row["value"], float | int) and row["met"] in (True, False) for row in measured["targets"])
+    long_inputs = results["profiles"]["long"]["steps"]["corpus_main"]["inputs"]
+    assert long_inputs["median"] > results["profiles"]["short"]["steps"]["corpus_main"]["inputs"]["median"]
     for key in ("cpu", "cores", "ram_gb", "python", "sqlite", "msgspec", "mcp"):
         assert results["machine"][key], key
     assert results["command"].startswith("python -m bench.run --quick")
 
     markdown = (out_dir / "benchmarks.md").read_text()
-    for heading in ("## Machine", "## Against issue 4's targets", "## 1. Cold build", "## 2. Rebuilds",
-                    "## 3. and 4. Tool calls", "## 5. The rescan", "## 6. Watcher lag", "## Memory"):  # fmt: skip
+    for heading in ("## Machine", "# Short inputs", "# Long pasted inputs", "## Against issue 4's targets",
+                    "## 1. Cold build", "## 2. Rebuilds", "## 3. and 4. Tool calls", "## 5. The rescan",
+                    "## 6. Watcher lag", "## Memory"):  # fmt: skip
         assert heading in markdown, heading
+    assert markdown.count("## 1. Cold build") == 2
     assert results["command"] in markdown
     assert "not measured" not in markdown
-    # Corpora and the work directory: the corpus is kept for reuse, the indexes are not.
+    # Corpora and the work directory: the corpora are kept for reuse, the indexes are not.
     corpora = sorted(p.name for p in (tmp_path / "corpora").iterdir())
-    assert corpora == ["s200-seed42-x0.05", "s200-seed42-x0.05.summary.json", "s400-seed42-x0.01",
-                       "s400-seed42-x0.01.summary.json"]  # fmt: skip
+    names = ["s200-seed42-x0.05", "s400-seed42-x0.01"]
+    assert corpora == sorted(f"{prefix}{name}{suffix}" for prefix in ("", "long-") for name in names
+                             for suffix in ("", ".summary.json"))  # fmt: skip
 
 
 def test_a_rewritten_report_keeps_the_notes_below_the_marker(tmp_path: Path) -> None:
     from bench.report import KEEP_MARKER, write_markdown
 
     path = tmp_path / "benchmarks.md"
-    results = {"steps": {}, "targets": [], "command": "python -m bench.run", "date": "today"}
+    results = {"profiles": {"short": {"steps": {}, "targets": []}}, "command": "python -m bench.run", "date": "today"}
     write_markdown(results, path)
     text = path.read_text()
     assert KEEP_MARKER in text

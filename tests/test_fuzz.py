@@ -13,6 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ccweb_index.indexer.stored import stored_head
 from ccweb_index.server.service import Service
 from ccweb_index.server.tools import StoredInput, user_inputs_answer
 
@@ -102,7 +103,8 @@ def test_answers_follow_rewrites(
     max_chars=st.integers(1, 1000),
 )
 def test_budget_allocation_properties(texts: list[str], limit: int, max_chars: int) -> None:
-    stored = [StoredInput(f"m{n}", None, text) for n, text in enumerate(texts)]
+    # As the index stores them: the head and the full length (indexer.stored).
+    stored = [StoredInput(f"m{n}", None, stored_head(text), len(text)) for n, text in enumerate(texts)]
     answer = user_inputs_answer("c", limit, max_chars, len(stored), list(reversed(stored))[:limit])
     returned = answer["inputs"]
     recent = texts[-limit:]
