@@ -8,9 +8,11 @@ import logging
 import os
 import pwd
 import select
+import shutil
 import signal
 import sqlite3
 import stat
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,7 @@ from click.testing import CliRunner
 from conftest import Corpus, session, snapshot
 from ccweb_index.indexer.db import open_handle, open_index
 from ccweb_index.indexer.private import INDEX_SUFFIXES
+from ccweb_index.indexer.refresh import Indexer
 from ccweb_index.server.cli import main
 
 
@@ -37,12 +40,8 @@ def umask() -> Iterator[object]:
     """Set the process umask for one test (it is process-wide), restoring it afterwards."""
     saved = os.umask(0o022)
     os.umask(saved)
-
-    def set_to(value: int) -> None:
-        os.umask(value)
-
     try:
-        yield set_to
+        yield os.umask
     finally:
         os.umask(saved)
 
@@ -198,8 +197,6 @@ def shared_base() -> Iterator[Path]:
     try:
         yield base
     finally:
-        import shutil
-
         shutil.rmtree(base)
 
 
@@ -215,8 +212,6 @@ def test_another_user_cannot_read_an_index_in_a_shared_directory(shared_base: Pa
     db = shared / "index.sqlite"
     index = open_handle(db, str(sessions))  # held open: the -wal and -shm exist
     try:
-        from ccweb_index.indexer.refresh import Indexer
-
         Indexer(str(sessions), index.conn).reconcile()
         assert "my secret" in str(index.conn.execute("SELECT content FROM user_inputs").fetchall())
         seen = as_nobody([str(db), *index_files(db)[1:], str(control)])
@@ -296,3 +291,17 @@ def test_an_index_beside_the_sessions_directory_is_accepted(corpus: Corpus, tmp_
     result = cli("build", "--sessions-dir", str(corpus.path), "--db", str(db))
     assert result.exit_code == 0, result.output
     assert db.exists()
+
+
+def test_an_index_inside_a_bind_mount_of_the_sessions_directory_is_refused(corpus: Corpus, tmp_path: Path) -> None:
+    # realpath cannot see through a bind mount; the device-and-inode walk up the tree does.
+    view = tmp_path / "view"
+    view.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "--bind", str(corpus.path), str(view)], capture_output=True).returncode:
+        pytest.skip("cannot bind-mount here (needs root and mount rights)")
+    try:
+        result = cli("build", "--sessions-dir", str(corpus.path), "--db", str(view / "x.sqlite"))
+        assert result.exit_code == 2, result.output
+        assert not (corpus.path / "x.sqlite").exists()
+    finally:
+        subprocess.run(["umount", str(view)], check=True)
