@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import Corpus, session, snapshot
 from ccweb_index.indexer.db import open_handle, open_index
 from ccweb_index.indexer.private import INDEX_SUFFIXES
-from ccweb_index.indexer.refresh import Indexer
 from ccweb_index.server.cli import main
+from ccweb_index.server.service import Service
+
+from conftest import Corpus, session, snapshot
 
 
 def mode(path: Path | str) -> int:
@@ -210,13 +211,13 @@ def test_another_user_cannot_read_an_index_in_a_shared_directory(shared_base: Pa
     control = shared / "control"
     control.write_bytes(b"x")  # 0644: proves nobody can reach this directory's files at all
     db = shared / "index.sqlite"
-    index = open_handle(db, str(sessions))  # held open: the -wal and -shm exist
+    service = Service(sessions, db)  # held open: the -wal and -shm exist
     try:
-        Indexer(str(sessions), index.conn).reconcile()
-        assert "my secret" in str(index.conn.execute("SELECT content FROM user_inputs").fetchall())
+        service.indexer.reconcile()
+        assert "my secret" in json.dumps(service.call("ccweb_list_user_inputs", {"conversationId": "a"}, None).text())
         seen = as_nobody([str(db), *index_files(db)[1:], str(control)])
     finally:
-        index.close()
+        service.close()
     assert seen.pop(str(control)) == "read"
     assert seen.pop("sql") in ("OperationalError", "DatabaseError")
     assert set(seen.values()) == {"PermissionError"}, seen
