@@ -29,6 +29,7 @@ import platformdirs
 from sqlite_utils import Database
 
 from ccweb_index.indexer.errors import IndexBroken, IndexMismatch, IndexUnavailable, translate
+from ccweb_index.indexer.private import make_private_dir, open_private, prepare_database, refuse_inside_sessions
 from ccweb_index.indexer.stored import STORED_CHARS_KEY, STORED_INPUT_CHARS
 from ccweb_index.migrations import migrations
 
@@ -46,18 +47,26 @@ _SIDE_FILES = ("-wal", "-shm")
 _CACHE_KIB = 32_000
 
 
+def cache_dir() -> Path:
+    return Path(platformdirs.user_cache_dir("ccweb-index"))
+
+
 def default_db_path(sessions_dir: str | os.PathLike[str]) -> Path:
     """One index per sessions directory, keyed by its real path, in the user's cache directory."""
     real = os.path.realpath(sessions_dir)
     key = hashlib.sha256(os.fsencode(real)).hexdigest()[:16]
-    return Path(platformdirs.user_cache_dir("ccweb-index")) / f"{key}.sqlite"
+    return cache_dir() / f"{key}.sqlite"
 
 
 def resolve_db_path(sessions_dir: str | os.PathLike[str], db: str | os.PathLike[str] | None) -> Path:
-    return Path(db) if db else default_db_path(sessions_dir)
+    """The index path; raises IndexInsideSessions if it is inside the (read-only) sessions directory."""
+    path = Path(db) if db else default_db_path(sessions_dir)
+    refuse_inside_sessions(path, sessions_dir)
+    return path
 
 
 def connect(path: Path) -> sqlite3.Connection:
+    prepare_database(path)  # 0600 before SQLite creates its -wal and -shm beside it, with its mode
     # Autocommit mode: every write transaction is an explicit, short BEGIN IMMEDIATE ... COMMIT.
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
     try:
@@ -82,7 +91,7 @@ class _Outdated(Exception):
 def _open_lock(path: Path) -> Iterator[None]:
     # Serialises schema creation and recovery between processes opening the same index at once.
     try:
-        lock = open(f"{path}.lock", "a+b")
+        lock = open(open_private(f"{path}.lock"), "r+b")
     except OSError as exc:
         raise IndexUnavailable(f"cannot create {path}.lock: {exc.strerror or exc}") from None
     with lock:
@@ -160,7 +169,7 @@ def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None
     """`open_index`, returning the handle. `replacing`: a handle whose files went wrong; its
     database is deleted first if it is still the one at `path` (nobody else replaced it yet)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(path.parent, ours=path.parent == cache_dir())
     except OSError as exc:
         raise IndexUnavailable(f"cannot create {path.parent}: {exc.strerror or exc}") from None
     with _open_lock(path):

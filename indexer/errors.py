@@ -8,6 +8,8 @@
 
     IndexMismatch           the index at the path belongs to another sessions directory: a
                             configuration error for the user to fix, never answered around
+    IndexInsideSessions     the index path resolves inside the sessions directory, which is only
+                            ever read: a configuration error, refused before anything is written
 
 `translate` is the one place where an `sqlite3.Error` (or, while opening, an `OSError` about the
 index's own files) becomes one of these. Callers write `except IndexBroken:`, never look at codes.
@@ -41,6 +43,10 @@ class IndexUnavailable(IndexFailure):
 
 class IndexMismatch(Exception):
     """The index at the path belongs to another sessions directory."""
+
+
+class IndexInsideSessions(ValueError):
+    """The index path resolves inside the sessions directory, which is only ever read."""
 
 
 _SQLITE_ERROR, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 1, 5, 6, 8

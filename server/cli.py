@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -13,8 +14,10 @@ from typing import Any
 
 import click
 
-from ccweb_index.indexer.errors import IndexFailure, IndexMismatch
+from ccweb_index.indexer.db import resolve_db_path
+from ccweb_index.indexer.errors import IndexFailure, IndexInsideSessions, IndexMismatch
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, ignored_entries
+from ccweb_index.indexer.private import modes
 from ccweb_index.server.service import Service
 
 log = logging.getLogger("ccweb_index")
@@ -30,6 +33,7 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _sessions_dir_option(func: Any) -> Any:
+    func = _refusing_db_inside_sessions(func)
     func = click.option(
         "--sessions-dir",
         envvar="CCWEB_SESSIONS_DIR",
@@ -52,6 +56,20 @@ def _sessions_dir_option(func: Any) -> Any:
     )(func)
     func = click.option("-v", "--verbose", is_flag=True, help="Log debug detail to stderr.")(func)
     return func
+
+
+def _refusing_db_inside_sessions(command: Any) -> Any:
+    # Checked before the command does anything (binds a port, opens the index): the sessions
+    # directory is only ever read, so an index inside it is a usage error (exit 2).
+    @functools.wraps(command)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            resolve_db_path(kwargs["sessions_dir"], kwargs["db"])
+        except IndexInsideSessions as exc:
+            raise click.BadParameter(str(exc), param_hint="'--db' / CCWEB_INDEX_DB") from None
+        return command(*args, **kwargs)
+
+    return checked
 
 
 def _open_service(sessions_dir: str, db: str | None, max_session_bytes: int, **kwargs: Any) -> Service:
@@ -322,6 +340,7 @@ def status(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: b
             click.echo(f"last reconcile: {_when(counts['last_reconcile_ns'])}")
             click.echo(f"sessions: {counts['sessions']} readable, {counts['unreadable']} unreadable now")
             click.echo(f"user inputs: {counts['inputs']}")
+        _echo_modes(service.db_path)
         for session_id, reason, good in unreadable:
             kept = " (answering from its last good version)" if good else ""
             click.echo(f"  unreadable {session_id}.json: {reason}{kept}")
@@ -329,6 +348,11 @@ def status(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: b
             click.echo(f"  ignored {name}: {kind}, not a session")
     finally:
         service.close()
+
+
+def _echo_modes(db_path: Any) -> None:
+    for name, mode, fix in modes(db_path):
+        click.echo(f"  mode {mode} {name}" + (f" (open to other users: {fix})" if fix else " (private)"))
 
 
 def _when(ns: object) -> str:
