@@ -30,11 +30,14 @@ def _version() -> str:
 
 
 def to_call_result(result: ToolResult) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(text=result.text())],
-        structured_content=result.payload,
-        is_error=result.is_error,
-    )
+    """A success carries its answer twice (text and `structuredContent`, which `outputSchema` describes);
+    an error only as text, with `isError`. Clients that check `structuredContent` against the output
+    schema even on errors (TypeScript SDK 1.x, the Inspector) would otherwise turn every tool error
+    into a schema violation and lose its code and message (docs/decisions.md)."""
+    text = [types.TextContent(text=result.text())]
+    if result.is_error:
+        return types.CallToolResult(content=text, is_error=True)
+    return types.CallToolResult(content=text, structured_content=result.payload, is_error=False)
 
 
 def guarded_call(service: Service, name: str, arguments: Any, source: str | None) -> ToolResult:

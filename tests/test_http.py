@@ -32,7 +32,7 @@ from anyio.from_thread import start_blocking_portal
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import CCWEB_INDEX, Corpus, StdioClient, session, stdio_client_for
+from conftest import CCWEB_INDEX, Corpus, StdioClient, answer_of, session, stdio_client_for
 
 SOURCE_HEADER = "X-Ccweb-Source-Session"
 TOKEN = "tok-" + "0123456789abcdef" * 2
@@ -666,9 +666,9 @@ async def _worker(spec: dict[str, Any]) -> dict[str, Any]:
             for name, arguments in plan:
                 try:
                     result = await client.call_tool(name, arguments)
-                    payload = result.structured_content
-                    if json.loads(result.content[0].text) != payload:
-                        errors.append(f"{name}: text and structuredContent differ")
+                    shape, payload = answer_of(result)
+                    if shape is not None:
+                        errors.append(f"{name}: {shape}")
                     else:
                         problem = check_answer(name, arguments, source, payload, bool(result.is_error))
                         if problem:
