@@ -224,9 +224,19 @@ def test_token_right_wrong_missing(shared: tuple[HttpServer, Corpus, Path]) -> N
     for headers in refused:
         response = raw_post(server, {**headers, SOURCE_HEADER: "orchA"})
         assert response.status_code == 401, headers
-        assert response.content == b"", "a refused request gets a bare 401"
+        # A person can act on it: which token is missing or wrong, and where the server's is set.
+        assert response.headers["www-authenticate"].startswith('Bearer realm="ccweb-index"'), headers
+        message = response.json()["error"]["message"]
+        assert "CCWEB_INDEX_TOKEN" in message and "--token-file" in message, message
+        assert TOKEN[:-1] not in response.text and "wrong" not in response.text, "the 401 echoes what was sent"
         assert "mcp-session-id" not in response.headers
-    # Every path and method needs the token, except GET /healthz.
+    assert "No bearer token was sent" in raw_post(server, {}).json()["error"]["message"]
+    assert "error=\"invalid_token\"" in raw_post(server, {"Authorization": "Bearer wrong"}).headers["www-authenticate"]
+    # No OAuth to discover: a 404, with or without a token, so no client starts a flow that cannot end.
+    for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp",
+                 "/.well-known/oauth-authorization-server", "/.well-known/openid-configuration"):  # fmt: skip
+        assert httpx2.get(f"{server.base}{path}", timeout=10).status_code == 404, path
+    # Every other path and method needs the token, except GET /healthz.
     assert httpx2.get(f"{server.base}/nowhere", timeout=10).status_code == 401
     assert httpx2.get(server.url, timeout=10).status_code == 401
     assert httpx2.post(f"{server.base}/healthz", timeout=10).status_code == 401
