@@ -10,13 +10,17 @@ import sqlite3
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ccweb_index.indexer.db import IndexMismatch
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, ignored_entries
-from ccweb_index.server.service import Service
+
+if TYPE_CHECKING:
+    from ccweb_index.server.service import Service
+
+# The service (SQLite, sqlite-utils, the indexer) and the MCP SDK are imported by the commands that
+# use them: `serve` answers `initialize` before it opens the index (docs/decisions.md).
 
 log = logging.getLogger("ccweb_index")
 
@@ -56,6 +60,9 @@ def _sessions_dir_option(func: Any) -> Any:
 
 
 def _open_service(sessions_dir: str, db: str | None, max_session_bytes: int, **kwargs: Any) -> Service:
+    from ccweb_index.indexer.db import IndexMismatch
+    from ccweb_index.server.service import Service
+
     try:
         return Service(sessions_dir, db, max_session_bytes=max_session_bytes, **kwargs)
     except IndexMismatch as exc:
@@ -198,12 +205,19 @@ def serve(
 
     import anyio
 
-    from ccweb_index.server.app import serve_stdio
+    from ccweb_index.server.app import LazyService, serve_stdio
 
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(asctime)s ccweb-index %(levelname)s %(message)s")  # fmt: skip
-    service = _open_service(sessions_dir, db, max_session_bytes, watch=not no_watch, poll=poll)
-    service.start_in_background()
+
+    def open_service() -> Service:
+        service = _open_service(sessions_dir, db, max_session_bytes, watch=not no_watch, poll=poll)
+        service.start_in_background()
+        return service
+
+    # The index is opened beside the server, not before it: `initialize` and `tools/list` are
+    # answered at once; the first call waits for the index.
+    service = LazyService(open_service)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         anyio.run(serve_stdio, service, source_session)
@@ -211,6 +225,8 @@ def serve(
         pass
     finally:
         service.close()
+    if service.error is not None:
+        raise service.error
 
 
 def _serve_http(
