@@ -1,6 +1,6 @@
 """How fast `ccweb-index serve` starts: spawn -> `initialize` answered, and -> `tools/list` answered.
 
-    python -m bench.initialize --sessions-dir DIR [--rounds 40] [--cold-rounds 5] [--json OUT]
+    python -m bench.initialize --sessions-dir DIR [--rounds 40] [--cold-rounds 5] [--compare OTHER] [--json OUT]
 
 An MCP client (Codex, Claude Code) spawns the stdio server and starts its first turn about a second
 later, ready or not (issue 8); what counts is when the server has answered `initialize` and
@@ -102,7 +102,8 @@ def summary(values: list[float]) -> dict[str, float]:
     }
 
 
-def measure(sessions_dir: str, rounds: int, cold_rounds: int, work: Path) -> dict[str, Any]:
+def measure(sessions_dir: str, rounds: int, cold_rounds: int, work: Path, compare: str | None = None) -> dict[str, Any]:
+    """`compare`: another `ccweb-index` (e.g. an older version's), timed warm in the same rounds."""
     product = [ccweb_index_command(), "serve", "--sessions-dir", sessions_dir, "--db"]
     floor = [sys.executable, "-m", "bench.empty_server"]
     env = clean_env(CCWEB_SOURCE_SESSION_ID="bench-source")
@@ -111,7 +112,7 @@ def measure(sessions_dir: str, rounds: int, cold_rounds: int, work: Path) -> dic
     subprocess.run([ccweb_index_command(), "build", "--sessions-dir", sessions_dir, "--db", str(warm_db)],
                    env=env, check=True, stderr=subprocess.DEVNULL)  # fmt: skip
     build_s = time.perf_counter() - built
-    times: dict[str, list[tuple[float, float]]] = {"floor": [], "warm": [], "cold": []}
+    times: dict[str, list[tuple[float, float]]] = {"floor": [], "warm": [], "cold": [], "compare_warm": []}
     one_round(floor, clean_env(), str(REPO))  # the first start of all warms the page cache; not counted
     one_round([*product, str(warm_db)], env)
     for n in range(rounds):
@@ -119,6 +120,8 @@ def measure(sessions_dir: str, rounds: int, cold_rounds: int, work: Path) -> dic
         times["warm"].append(one_round([*product, str(warm_db)], env))
         if n < cold_rounds:
             times["cold"].append(one_round([*product, str(work / f"cold-{n}.sqlite")], env))
+        if compare:
+            times["compare_warm"].append(one_round([compare, *product[1:], str(warm_db)], env))
     result: dict[str, Any] = {"warm_build_s": build_s}
     for name, pairs in times.items():
         if pairs:
@@ -131,10 +134,12 @@ def main() -> None:
     ap.add_argument("--sessions-dir", required=True, help="a corpus (bench.gen_corpus); 10,000 sessions for the issue's target")
     ap.add_argument("--rounds", type=int, default=40, help="product (warm index) and floor starts, interleaved")
     ap.add_argument("--cold-rounds", type=int, default=5, help="starts without an index (each builds in the background)")
+    ap.add_argument("--compare", help="another ccweb-index executable to time warm in the same rounds (before/after)")
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="ccweb-bench-init-") as work:
-        result = measure(args.sessions_dir, args.rounds, args.cold_rounds, Path(work))
+        result = measure(args.sessions_dir, args.rounds, args.cold_rounds, Path(work), args.compare)
+    result["compare"] = args.compare
     result["machine"] = {"cpus": os.cpu_count(), "usable_cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
                          "loadavg": os.getloadavg()}  # fmt: skip
     result["sessions_dir"] = args.sessions_dir
