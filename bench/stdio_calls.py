@@ -173,7 +173,7 @@ async def measure(
                     result = await call(tool, args)
                     out.append(clock() - t0)
                     if result.is_error:
-                        raise RuntimeError(f"{case['name']}: tool error {result.structured_content}")
+                        raise RuntimeError(f"{case['name']}: tool error {result.content[0].text}")
                 client_cpu[case["name"]] += process_ns() - client0
                 server_cpu[case["name"]] += (cpu_ns(pid) - server0) if pid else 0
                 last[case["name"]] = result

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
-from ccweb_index.server.service import Service, ToolResult
 from ccweb_index.server.tools import TOOLS
+
+if TYPE_CHECKING:  # imported when a call needs it: the index is opened beside the server (LazyService)
+    from ccweb_index.server.service import Service, ToolResult
 
 log = logging.getLogger("ccweb_index")
 
@@ -30,18 +33,23 @@ def _version() -> str:
 
 
 def to_call_result(result: ToolResult) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(text=result.text())],
-        structured_content=result.payload,
-        is_error=result.is_error,
-    )
+    """A success carries its answer twice (text and `structuredContent`, which `outputSchema` describes);
+    an error only as text, with `isError`. Clients that check `structuredContent` against the output
+    schema even on errors (TypeScript SDK 1.x, the Inspector) would otherwise turn every tool error
+    into a schema violation and lose its code and message (docs/decisions.md)."""
+    text: list[types.ContentBlock] = [types.TextContent(text=result.text())]
+    if result.is_error:
+        return types.CallToolResult(content=text, is_error=True)
+    return types.CallToolResult(content=text, structured_content=result.payload, is_error=False)
 
 
-def guarded_call(service: Service, name: str, arguments: Any, source: str | None) -> ToolResult:
+def guarded_call(service: Service | LazyService, name: str, arguments: Any, source: str | None) -> ToolResult:
     """`service.call`, with any failure it did not foresee answered as a tool error, not a traceback."""
     try:
         return service.call(name, arguments, source)
     except Exception:
+        from ccweb_index.server.service import ToolResult
+
         log.exception("tool call %r failed unexpectedly", name[:80] if isinstance(name, str) else name)
         return ToolResult(
             {"error": {"code": "internal_error", "message": "The server failed to answer this call (the reason "
@@ -50,7 +58,48 @@ def guarded_call(service: Service, name: str, arguments: Any, source: str | None
         )
 
 
-def build_server(service: Service, source_of: SourceOf, *, in_thread: bool = True) -> Server[Any]:
+class LazyService:
+    """A `Service` opened in a background thread: the server answers `initialize` and `tools/list`
+    meanwhile, and a call waits for it. `open_service` failing (a configuration error, such as an
+    index that belongs to another directory) stops the server; the error is kept in `error`."""
+
+    def __init__(self, open_service: Callable[[], Service]) -> None:
+        self._open_service = open_service
+        self._opened = threading.Event()
+        self._service: Service | None = None
+        self.error: BaseException | None = None
+        threading.Thread(target=self._open, name="ccweb-index-open", daemon=True).start()
+
+    def _open(self) -> None:
+        try:
+            self._service = self._open_service()
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self._opened.set()
+
+    @property
+    def opened(self) -> bool:
+        return self._opened.is_set()
+
+    def wait(self) -> bool:
+        """Wait until the service is open; False when it could not be opened."""
+        self._opened.wait()
+        return self._service is not None
+
+    def call(self, name: str, arguments: Any, source: str | None) -> ToolResult:
+        if not self.wait():
+            raise RuntimeError(f"the service could not be opened: {self.error}")
+        assert self._service is not None
+        return self._service.call(name, arguments, source)
+
+    def close(self) -> None:
+        if self.wait():
+            assert self._service is not None
+            self._service.close()
+
+
+def build_server(service: Service | LazyService, source_of: SourceOf, *, in_thread: bool = True) -> Server[Any]:
     """`source_of` tells, per request, which conversation the caller runs in (never the LLM's choice).
 
     `in_thread`: run each call in a worker thread, so that concurrent clients (HTTP) are served while
@@ -63,7 +112,8 @@ def build_server(service: Service, source_of: SourceOf, *, in_thread: bool = Tru
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
         source = source_of(ctx)
-        if in_thread:
+        opened = not isinstance(service, LazyService) or service.opened
+        if in_thread or not opened:  # the wait for the index must not block the loop
             result = await anyio.to_thread.run_sync(guarded_call, service, params.name, params.arguments, source)
         else:
             result = guarded_call(service, params.name, params.arguments, source)
@@ -82,7 +132,16 @@ def build_server(service: Service, source_of: SourceOf, *, in_thread: bool = Tru
     )
 
 
-async def serve_stdio(service: Service, source: str | None) -> None:
+async def serve_stdio(service: Service | LazyService, source: str | None) -> None:
+    """Serve one client over stdin/stdout until it closes them, or until a `LazyService` fails to open."""
     server = build_server(service, lambda ctx: source, in_thread=False)
-    async with stdio_server() as (read_stream, write_stream):
+    async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as tasks:
+        if isinstance(service, LazyService):
+            tasks.start_soon(_stop_unless_opened, service, tasks.cancel_scope)
         await server.run(read_stream, write_stream, server.create_initialization_options())
+        tasks.cancel_scope.cancel()
+
+
+async def _stop_unless_opened(service: LazyService, scope: anyio.CancelScope) -> None:
+    if not await anyio.to_thread.run_sync(service.wait, abandon_on_cancel=True):
+        scope.cancel()

@@ -10,15 +10,18 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ccweb_index.indexer.db import resolve_db_path
 from ccweb_index.indexer.errors import IndexFailure, IndexInsideSessions, IndexMismatch
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, ignored_entries
-from ccweb_index.indexer.private import modes
-from ccweb_index.server.service import Service
+
+if TYPE_CHECKING:
+    from ccweb_index.server.service import Service
+
+# The service (SQLite, sqlite-utils, the indexer) and the MCP SDK are imported by the commands that
+# use them: `serve` answers `initialize` before it opens the index (docs/decisions.md).
 
 log = logging.getLogger("ccweb_index")
 
@@ -63,6 +66,8 @@ def _refusing_db_inside_sessions(command: Any) -> Any:
     # directory is only ever read, so an index inside it is a usage error (exit 2).
     @functools.wraps(command)
     def checked(*args: Any, **kwargs: Any) -> Any:
+        from ccweb_index.indexer.db import resolve_db_path
+
         try:
             resolve_db_path(kwargs["sessions_dir"], kwargs["db"])
         except IndexInsideSessions as exc:
@@ -73,6 +78,8 @@ def _refusing_db_inside_sessions(command: Any) -> Any:
 
 
 def _open_service(sessions_dir: str, db: str | None, max_session_bytes: int, **kwargs: Any) -> Service:
+    from ccweb_index.server.service import Service
+
     try:
         return Service(sessions_dir, db, max_session_bytes=max_session_bytes, **kwargs)
     except IndexMismatch as exc:
@@ -215,12 +222,19 @@ def serve(
 
     import anyio
 
-    from ccweb_index.server.app import serve_stdio
+    from ccweb_index.server.app import LazyService, serve_stdio
 
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(asctime)s ccweb-index %(levelname)s %(message)s")  # fmt: skip
-    service = _open_service(sessions_dir, db, max_session_bytes, watch=not no_watch, poll=poll)
-    service.start_in_background()
+
+    def open_service() -> Service:
+        service = _open_service(sessions_dir, db, max_session_bytes, watch=not no_watch, poll=poll)
+        service.start_in_background()
+        return service
+
+    # The index is opened beside the server, not before it: `initialize` and `tools/list` are
+    # answered at once; the first call waits for the index.
+    service = LazyService(open_service)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         anyio.run(serve_stdio, service, source_session)
@@ -228,6 +242,8 @@ def serve(
         pass
     finally:
         service.close()
+    if service.error is not None:
+        raise service.error
 
 
 def _serve_http(
@@ -351,6 +367,8 @@ def status(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: b
 
 
 def _echo_modes(db_path: Any) -> None:
+    from ccweb_index.indexer.private import modes
+
     for name, mode, fix in modes(db_path):
         click.echo(f"  mode {mode} {name}" + (f" (open to other users: {fix})" if fix else " (private)"))
 

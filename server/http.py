@@ -6,16 +6,22 @@ conversation comes from differs: per request, from the `X-Ccweb-Source-Session` 
 
 Layers, outside in:
 
-- `_Guard` (pure ASGI): with a token configured, every request except `GET /healthz` must carry
-  `Authorization: Bearer <token>` (constant-time comparison) or gets a bare 401.
-- `/mcp`: the SDK's Streamable HTTP app, with its DNS-rebinding protection (`Host`, and `Origin`
-  when sent, must name this server). `/healthz` applies the same check.
+- `_Guard` (pure ASGI): with a token configured, every request except `GET /healthz` and
+  `/.well-known/...` must carry `Authorization: Bearer <token>` (constant-time comparison), or gets a
+  401 whose JSON body says which token is missing or wrong and where the server's is configured.
+  `/.well-known/...` (OAuth discovery) answers 404: there is no OAuth flow to start.
+- `/mcp`: the SDK's Streamable HTTP transport, stateless: every POST stands alone, no session id is
+  issued or kept, so a restart, a second replica or an idle spell never strands a client. GET and
+  DELETE answer 405, as the transport specifies for a server without a notification stream or
+  sessions. Its DNS-rebinding protection (`Host`, and `Origin` when sent, must name this server)
+  applies per request; `/healthz` applies the same check.
 - uvicorn, on sockets bound here (so `--port 0` works and bind errors are reported plainly), with
   SIGTERM/SIGINT handled as a drain: stop accepting, let in-flight calls answer, close, exit 0.
 
-POST responses are plain JSON (`json_response=True`): a tool call's answer is not an SSE stream, so
-the SSE library's shutdown hook (it ends every open event stream as soon as uvicorn is asked to
-exit) only ends the clients' idle notification streams (GET), never an answer in flight.
+A `tools/call` from a client that accepts `text/event-stream` is answered on an SSE stream of its own
+(anything the call sends before its answer, such as progress, can travel there); everything else is
+plain JSON. No stream outlives its call, so the SSE library's shutdown hook (which would end every
+open stream as soon as uvicorn is asked to exit, answers in flight included) is switched off.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import contextlib
 import errno
 import hmac
 import ipaddress
+import json
 import logging
 import os
 import signal
@@ -43,6 +50,11 @@ SOURCE_HEADER = "X-Ccweb-Source-Session"
 TOKEN_ENV = "CCWEB_INDEX_TOKEN"
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
+# OAuth discovery documents live here; this server has none, and says so with a 404 even without a token.
+WELL_KNOWN_PREFIX = "/.well-known/"
+REALM = "ccweb-index"
+# The JSON-RPC error code of a 401's body: in the range JSON-RPC leaves to servers.
+UNAUTHORIZED_CODE = -32001
 # Long enough for any call to finish: a call waits at most server.from_index.LOCK_WAIT_SECONDS for
 # this process's lock, then indexer.db.BUSY_TIMEOUT_MS for another process's, before it answers
 # from the files instead.
@@ -169,21 +181,21 @@ def source_from_request(ctx: Any) -> str | None:
 
 
 class _Guard:
-    """Bearer-token check in front of everything but `GET /healthz`. Failing requests get a bare 401."""
+    """Bearer-token check in front of everything but `GET /healthz` and `/.well-known/...`."""
 
     def __init__(self, app: Any, token: str | None) -> None:
         self.app = app
         self._token = None if token is None else token.encode("ascii")
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and self._token is not None and not self._open(scope) and not self._authorized(scope):
-            await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"www-authenticate", b"Bearer"), (b"content-length", b"0")]})  # fmt: skip
-            await send({"type": "http.response.body", "body": b""})
-            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if self._token is not None and not self._open(scope):
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                await _send_unauthorized(send, *refusal)
+                return
         # The SSE library ends open event streams at shutdown without the final chunk; finish them
         # here so clients see a clean end of stream rather than a truncated response.
         started = finished = False
@@ -203,17 +215,40 @@ class _Guard:
 
     @staticmethod
     def _open(scope: Any) -> bool:
-        return bool(scope["method"] == "GET" and scope["path"] == HEALTH_PATH)
+        return bool(scope["method"] == "GET" and scope["path"] == HEALTH_PATH) or scope["path"].startswith(
+            WELL_KNOWN_PREFIX
+        )
 
-    def _authorized(self, scope: Any) -> bool:
+    def _refusal(self, scope: Any) -> tuple[str, str] | None:
+        """None when the request carries the token; else (RFC 6750 error code or "", what is wrong)."""
         values = [v for k, v in scope["headers"] if k == b"authorization"]
-        if len(values) != 1:
-            return False
+        if not values:
+            return "", "No bearer token was sent"
+        if len(values) > 1:
+            return "invalid_request", "More than one Authorization header was sent"
         scheme, _, credentials = values[0].partition(b" ")
         if scheme.lower() != b"bearer":
-            return False
+            return "invalid_request", "The Authorization header is not a bearer token"
         assert self._token is not None
-        return hmac.compare_digest(credentials.strip(), self._token)
+        if not hmac.compare_digest(credentials.strip(), self._token):
+            return "invalid_token", "The bearer token sent is not this server's token"
+        return None
+
+
+async def _send_unauthorized(send: Any, error: str, what: str) -> None:
+    """A 401 a person can act on: what is wrong, and where the token is configured on both sides."""
+    message = (
+        f"{what}. This ccweb-index server requires `Authorization: Bearer <token>` with the token it was "
+        f"started with ({TOKEN_ENV} or --token-file on the server); configure the same token in your MCP "
+        "client's headers for this server."
+    )
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": UNAUTHORIZED_CODE, "message": message}}).encode()
+    challenge = f'Bearer realm="{REALM}"' + (f', error="{error}"' if error else "")
+    await send({"type": "http.response.start", "status": 401, "headers": [
+        (b"www-authenticate", challenge.encode()), (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()), (b"cache-control", b"no-store"),
+    ]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
 
 
 # --- health --------------------------------------------------------------------------------------------
@@ -290,6 +325,7 @@ def build_app(
     """The ASGI app: `/mcp` (the SDK's Streamable HTTP transport) and `/healthz`, behind the guard."""
     import anyio
     from mcp.server.transport_security import TransportSecurityMiddleware
+    from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
@@ -307,13 +343,83 @@ def build_app(
         return JSONResponse(doc, status_code=200 if doc["ok"] else 503, headers={"Cache-Control": "no-store"})
 
     mcp_server = build_server(service, source_of)
-    app = mcp_server.streamable_http_app(
-        streamable_http_path=MCP_PATH,
-        json_response=True,
-        transport_security=security,
-        custom_starlette_routes=[Route(HEALTH_PATH, healthz, methods=["GET"])],
+    endpoint = _StatelessMcp(mcp_server, security)
+    app = Starlette(
+        routes=[Route(MCP_PATH, endpoint), Route(HEALTH_PATH, healthz, methods=["GET"])],
+        lifespan=lambda _app: endpoint.run(),
     )
     return _Guard(app, token)
+
+
+class _StatelessMcp:
+    """`/mcp`: one stateless SDK transport answering JSON, one answering a call on its own SSE stream.
+
+    A `tools/call` goes to the SSE one when the client accepts SSE: a call may wait (for the index
+    at start, for a lock), and whatever it sends before its answer needs a stream. For the
+    2026-07-28 protocol the SDK itself commits to SSE only once something is sent or a call runs
+    long. Everything else (initialize, tools/list, notifications) is one JSON answer.
+    """
+
+    def __init__(self, mcp_server: Any, security: Any) -> None:
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+        from mcp.server.transport_security import RequestBodyLimitMiddleware, TransportSecurityMiddleware
+        from sse_starlette.sse import AppStatus
+
+        # Our streams end with their call; the library's shutdown hook would cut answers in flight.
+        AppStatus.disable_automatic_graceful_drain()  # type: ignore[no-untyped-call]  # the library has no types here
+        self._json = StreamableHTTPSessionManager(mcp_server, json_response=True, stateless=True, security_settings=security)
+        self._sse = StreamableHTTPSessionManager(mcp_server, json_response=False, stateless=True, security_settings=security)
+        self._host_check = TransportSecurityMiddleware(security)
+        self._app = RequestBodyLimitMiddleware(self._route, self._json.max_request_body_size)
+
+    @contextlib.asynccontextmanager
+    async def run(self) -> Any:
+        async with self._json.run(), self._sse.run():
+            yield
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["method"] == "POST":
+            await self._app(scope, receive, send)
+            return
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse
+
+        refused = await self._host_check.validate_request(Request(scope, receive), is_post=False)
+        if refused is None:
+            # No session to end and no stream to open: each POST is answered on its own response.
+            error = {"code": -32000, "message": "Method Not Allowed: this server is stateless; send each request as a POST"}
+            refused = JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status_code=405, headers={"Allow": "POST"})
+        await refused(scope, receive, send)
+
+    async def _route(self, scope: Any, receive: Any, send: Any) -> None:
+        """Read the (size-checked) body once, pick the transport, and hand it the body again."""
+        messages = []
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
+        body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+        manager = self._sse if _streams(scope, body) else self._json
+
+        async def replay() -> Any:
+            return messages.pop(0) if messages else await receive()
+
+        await manager.handle_request(scope, replay, send)
+
+
+def _streams(scope: Any, body: bytes) -> bool:
+    """True for a single `tools/call` request from a client that accepts both JSON and SSE."""
+    from mcp.server.streamable_http import check_accept_headers
+    from starlette.requests import Request
+
+    if not all(check_accept_headers(Request(scope))):
+        return False
+    try:
+        request = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(request, dict) and request.get("method") == "tools/call" and "id" in request
 
 
 # --- running ---------------------------------------------------------------------------------------------

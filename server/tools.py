@@ -238,7 +238,9 @@ def conversation_row(row: SessionRow) -> dict[str, Any]:
 
 # --- what tools/list shows -------------------------------------------------------------------
 
-_NULLABLE_STRING = {"type": ["string", "null"]}
+# anyOf rather than a type array: single-type schema dialects (Gemini's OpenAPI subset) take it, and the
+# Inspector's --strict check asks for it (docs/decisions.md).
+_NULLABLE_STRING = {"anyOf": [{"type": "string"}, {"type": "null"}]}
 _INPUT_FIELDS = ("messageId", "createdAt", "content", "contentChars", "originalChars", "truncated")
 _CONVERSATION_FIELDS = (
     "conversationId", "title", "agent", "status", "createdAt", "updatedAt", "createdFromKind", "userInputCount",

@@ -135,6 +135,30 @@ def snapshot(directory: Path) -> dict[str, tuple[Any, ...]]:
 # --- a real MCP client over stdio, usable from synchronous tests ---------------------------------
 
 
+def answer_of(result: Any) -> tuple[str | None, Any]:
+    """(what is wrong with the result's shape or None, its JSON answer) for a `CallToolResult`.
+
+    A success carries the answer twice: as its one text block and as `structuredContent`, equal. An
+    error (`isError`) carries it only as text: no `structuredContent`, which clients would check
+    against the success schema (docs/decisions.md).
+    """
+    if len(result.content) != 1 or result.content[0].type != "text":
+        return f"expected one text block, got {result.content!r}", None
+    try:
+        payload = json.loads(result.content[0].text)
+    except ValueError:
+        return f"the text block is not JSON: {result.content[0].text[:200]!r}", None
+    if result.is_error:
+        if result.structured_content is not None:
+            return "a tool error carries structuredContent", payload
+        if not isinstance(payload, dict) or set(payload) != {"error"}:
+            return f"a tool error's text is not an error object: {payload!r}", payload
+    elif payload != result.structured_content:
+        return "text content and structuredContent differ", payload
+    return None, payload
+
+
+
 class StdioClient:
     """`ccweb-index serve` started as a subprocess, driven by the SDK's ClientSession."""
 
@@ -144,9 +168,9 @@ class StdioClient:
 
     def call(self, name: str, arguments: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
         result = self._portal.call(self.session.call_tool, name, arguments or {})
-        text = json.loads(result.content[0].text)
-        assert text == result.structured_content, "text content and structuredContent differ"
-        return result.structured_content, result.is_error
+        problem, payload = answer_of(result)
+        assert problem is None, problem
+        return payload, bool(result.is_error)
 
     def list_tools(self) -> Any:
         return self._portal.call(self.session.list_tools)

@@ -45,6 +45,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import reference  # noqa: E402
+from conftest import answer_of  # noqa: E402
 
 INPUTS = "ccweb_list_user_inputs"
 CONVERSATIONS = "ccweb_list_conversations"
@@ -230,9 +231,9 @@ async def _client(spec: dict[str, Any]) -> dict[str, Any]:
             try:
                 result = await client.call_tool(name, arguments)
                 ended = time.monotonic()
-                payload = result.structured_content
-                if json.loads(result.content[0].text) != payload:
-                    errors.append(f"{name} {arguments}: text and structuredContent differ")
+                shape, payload = answer_of(result)
+                if shape is not None:
+                    errors.append(f"{name} {arguments}: {shape}")
                 records.append((name, arguments, started, ended, payload, bool(result.is_error)))
             except Exception as exc:
                 errors.append(f"{name} {arguments}: {type(exc).__name__}: {exc}")

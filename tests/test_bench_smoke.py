@@ -82,3 +82,20 @@ def test_a_rewritten_report_keeps_the_notes_below_the_marker(tmp_path: Path) -> 
     write_markdown({**results, "date": "tomorrow"}, path)
     text = path.read_text()
     assert "tomorrow" in text and "hand-written" in text and text.count(KEEP_MARKER) == 1
+
+
+def test_bench_initialize_reports_every_figure(tmp_path: Path) -> None:
+    corpus = tmp_path / "sessions"
+    subprocess.run([sys.executable, "-m", "bench.gen_corpus", "--sessions", "50", "--seed", "1", "--out", str(corpus),
+                    "--scale-bytes", "0.01"], cwd=REPO, check=True, capture_output=True, timeout=60)  # fmt: skip
+    out = tmp_path / "init.json"
+    command = [sys.executable, "-m", "bench.initialize", "--sessions-dir", str(corpus), "--rounds", "2",
+               "--cold-rounds", "1", "--json", str(out)]  # fmt: skip
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stderr[-6000:]
+    results = json.loads(out.read_text())
+    for server, rounds in (("floor", 2), ("warm", 2), ("cold", 1)):
+        for answer in ("initialize", "tools_list"):
+            figures = results[server][answer]
+            assert figures["rounds"] == rounds and 0 < figures["min_s"] <= figures["p50_s"] <= figures["max_s"]
+        assert results[server]["initialize"]["p50_s"] <= results[server]["tools_list"]["p50_s"]

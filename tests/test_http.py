@@ -32,7 +32,7 @@ from anyio.from_thread import start_blocking_portal
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import CCWEB_INDEX, Corpus, StdioClient, session, stdio_client_for
+from conftest import CCWEB_INDEX, Corpus, StdioClient, answer_of, session, stdio_client_for
 
 SOURCE_HEADER = "X-Ccweb-Source-Session"
 TOKEN = "tok-" + "0123456789abcdef" * 2
@@ -224,9 +224,19 @@ def test_token_right_wrong_missing(shared: tuple[HttpServer, Corpus, Path]) -> N
     for headers in refused:
         response = raw_post(server, {**headers, SOURCE_HEADER: "orchA"})
         assert response.status_code == 401, headers
-        assert response.content == b"", "a refused request gets a bare 401"
+        # A person can act on it: which token is missing or wrong, and where the server's is set.
+        assert response.headers["www-authenticate"].startswith('Bearer realm="ccweb-index"'), headers
+        message = response.json()["error"]["message"]
+        assert "CCWEB_INDEX_TOKEN" in message and "--token-file" in message, message
+        assert TOKEN[:-1] not in response.text and "wrong" not in response.text, "the 401 echoes what was sent"
         assert "mcp-session-id" not in response.headers
-    # Every path and method needs the token, except GET /healthz.
+    assert "No bearer token was sent" in raw_post(server, {}).json()["error"]["message"]
+    assert "error=\"invalid_token\"" in raw_post(server, {"Authorization": "Bearer wrong"}).headers["www-authenticate"]
+    # No OAuth to discover: a 404, with or without a token, so no client starts a flow that cannot end.
+    for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp",
+                 "/.well-known/oauth-authorization-server", "/.well-known/openid-configuration"):  # fmt: skip
+        assert httpx2.get(f"{server.base}{path}", timeout=10).status_code == 404, path
+    # Every other path and method needs the token, except GET /healthz.
     assert httpx2.get(f"{server.base}/nowhere", timeout=10).status_code == 401
     assert httpx2.get(server.url, timeout=10).status_code == 401
     assert httpx2.post(f"{server.base}/healthz", timeout=10).status_code == 401
@@ -667,9 +677,9 @@ async def _worker(spec: dict[str, Any]) -> dict[str, Any]:
             for name, arguments in plan:
                 try:
                     result = await client.call_tool(name, arguments)
-                    payload = result.structured_content
-                    if json.loads(result.content[0].text) != payload:
-                        errors.append(f"{name}: text and structuredContent differ")
+                    shape, payload = answer_of(result)
+                    if shape is not None:
+                        errors.append(f"{name}: {shape}")
                     else:
                         problem = check_answer(name, arguments, source, payload, bool(result.is_error))
                         if problem:

@@ -1,0 +1,186 @@
+"""Real MCP clients against `ccweb-index serve`: the TypeScript SDK client 1.x and the Python SDK client.
+
+Each client runs in its own process (tests/interop/drive.py) and is used the way an agent's host uses
+it: `initialize`, `tools/list` first, then every success and every error of both tools, answered as
+tests/reference.py (written from the specification alone) says. Over stdio and over the stateless
+Streamable HTTP server, where a restart of the server in the middle of a session must cost the client
+nothing.
+
+The TypeScript client checks each `structuredContent` against the tool's `outputSchema` (even on
+errors, typescript-sdk#1943): that an error reaches it as an error, with its code and message, and
+not as a schema violation, is the point of running it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+from drive import Client, ts_sdk_version
+from test_http import SOURCE_HEADER, TOKEN, HttpServer, start_http_server, stop
+
+import reference
+from conftest import CCWEB_INDEX, Corpus, answer_of, session
+from test_contract import same_answer
+
+INPUTS = "ccweb_list_user_inputs"
+CONVERSATIONS = "ccweb_list_conversations"
+SOURCE = "orch"
+# (client, protocol version spoken without a handshake, or None for the `initialize` handshake).
+# "2026-07-28" is the sessionless revision Claude Code speaks; the SDK's `Client` speaks it too.
+CLIENTS = [("typescript", None), ("python", None), ("python", "2026-07-28")]
+
+# (tool, arguments) for a client that runs in SOURCE; every success and error shape of both tools.
+WITH_SOURCE: list[tuple[str, dict[str, Any]]] = [
+    (INPUTS, {}),
+    (INPUTS, {"conversationId": "c1", "limit": 1, "maxChars": 3}),  # cut to the budget: truncated
+    (INPUTS, {"limit": 999, "maxChars": 0}),  # clamped
+    (INPUTS, {"conversationId": "not an id!"}),  # invalid_conversation_id
+    (INPUTS, {"conversationId": "ghost"}),  # conversation_not_found
+    (INPUTS, {"conversationId": "broken"}),  # conversation_unreadable
+    (CONVERSATIONS, {}),
+    (CONVERSATIONS, {"scope": "children"}),
+    (CONVERSATIONS, {"agent": "CODEX", "limit": 1}),
+    (CONVERSATIONS, {"status": "no such status"}),
+]
+# ... and for a client that was not told its conversation: sourceConversationId is null.
+WITHOUT_SOURCE: list[tuple[str, dict[str, Any]]] = [
+    (INPUTS, {}),  # missing_source_conversation
+    (CONVERSATIONS, {"scope": "children"}),  # missing_source_conversation
+    (CONVERSATIONS, {"limit": 2}),
+]
+ERROR_CODES = {"invalid_conversation_id", "conversation_not_found", "conversation_unreadable", "missing_source_conversation"}
+
+
+def write_corpus(corpus: Corpus) -> None:
+    child = {"kind": "mcp", "sourceSessionId": SOURCE}
+    corpus.write(SOURCE, session("plan the release", "now ship it ✅", updated="2026-11-20T00:00:00Z"))
+    corpus.write("c1", session("write the notes", updated="2026-11-22T00:00:00Z", created_from=child))
+    corpus.write("c2", session("fix 测试", agent="codex", updated="2026-11-23T00:00:00Z", created_from=child))
+    corpus.write("fork", session("try B", updated="2026-11-24T00:00:00Z", created_from={"kind": "branch", "sourceSessionId": SOURCE}))
+    corpus.write("broken", b'{"messages": [')
+
+
+def expected(corpus: Corpus, tool: str, arguments: dict[str, Any], source: str | None) -> tuple[dict[str, Any], bool]:
+    oracle = reference.list_user_inputs if tool == INPUTS else reference.list_conversations
+    return oracle(str(corpus.path), arguments, source)
+
+
+def check(client: Client, corpus: Corpus, tool: str, arguments: dict[str, Any], source: str | None) -> dict[str, Any]:
+    """One call through the client: it must reach the caller as the reference says, error or not."""
+    answer = client.send({"op": "call", "name": tool, "arguments": arguments})
+    assert answer["ok"], f"the {client.name} client lost this answer: {tool} {arguments}: {answer['error']}"
+    result = types.CallToolResult.model_validate(answer["result"])
+    problem, payload = answer_of(result)
+    assert problem is None, f"{client.name}, {tool} {arguments}: {problem}"
+    same_answer((payload, bool(result.is_error)), expected(corpus, tool, arguments, source))
+    return payload
+
+
+def check_tools(client: Client) -> None:
+    tools = {tool["name"]: tool for tool in client.ok({"op": "list"})["tools"]}
+    assert set(tools) == {INPUTS, CONVERSATIONS}
+    for tool in tools.values():
+        assert tool["annotations"]["readOnlyHint"] is True
+        assert tool["outputSchema"]["type"] == "object"
+
+
+def run_cases(client: Client, corpus: Corpus, cases: list[tuple[str, dict[str, Any]]], source: str | None) -> set[str]:
+    codes = set()
+    for tool, arguments in cases:
+        payload = check(client, corpus, tool, arguments, source)
+        if "error" in payload:
+            codes.add(payload["error"]["code"])
+    return codes
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Corpus:
+    corpus = Corpus(tmp_path / "sessions")
+    write_corpus(corpus)
+    return corpus
+
+
+@pytest.fixture(params=CLIENTS, ids=lambda p: "-".join(filter(None, p)))
+def client(request: pytest.FixtureRequest) -> Iterator[Client]:
+    client = Client.start(*request.param)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def stdio_command(corpus: Corpus, db: Path, source: str | None, mode: str | None) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CCWEB_")}
+    if source is not None:
+        env["CCWEB_SOURCE_SESSION_ID"] = source
+    args = ["serve", "--sessions-dir", str(corpus.path), "--db", str(db)]
+    return {"op": "connect", "transport": "stdio", "command": CCWEB_INDEX, "args": args, "env": env, "mode": mode}
+
+
+def http_command(server: HttpServer, source: str | None, mode: str | None, token: str | None = TOKEN) -> dict[str, Any]:
+    headers = {} if source is None else {SOURCE_HEADER: source}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return {"op": "connect", "transport": "http", "url": server.url, "headers": headers, "mode": mode}
+
+
+def test_the_typescript_client_is_the_pinned_1x() -> None:
+    lock = json.loads((Path(__file__).parent / "package-lock.json").read_text())
+    pinned = lock["packages"]["node_modules/@modelcontextprotocol/sdk"]["version"]
+    assert pinned.startswith("1.") and ts_sdk_version() == pinned, "run `npm install --prefix tests/interop`"
+
+
+def test_stdio(client: Client, corpus: Corpus, tmp_path: Path) -> None:
+    db = tmp_path / "index.sqlite"
+    client.ok(stdio_command(corpus, db, SOURCE, client.mode))
+    check_tools(client)
+    codes = run_cases(client, corpus, WITH_SOURCE, SOURCE)
+    client.ok({"op": "close"})
+    client.ok(stdio_command(corpus, db, None, client.mode))
+    check_tools(client)
+    codes |= run_cases(client, corpus, WITHOUT_SOURCE, None)
+    assert codes == ERROR_CODES
+
+
+def test_http_and_a_restart_mid_session(client: Client, corpus: Corpus, tmp_path: Path) -> None:
+    db = tmp_path / "index.sqlite"
+    server = start_http_server(corpus.path, db, tmp_path / "server.log", token=TOKEN)
+    try:
+        client.ok(http_command(server, SOURCE, client.mode))
+        check_tools(client)
+        codes = run_cases(client, corpus, WITH_SOURCE, SOURCE)
+        # A restart in the middle of the session: same port, same client, no new initialize.
+        assert stop(server) == 0
+        server = start_http_server(corpus.path, db, tmp_path / "server2.log", token=TOKEN, args=("--port", str(server.port)))
+        check_tools(client)
+        codes |= run_cases(client, corpus, WITH_SOURCE, SOURCE)
+        client.ok({"op": "close"})
+        client.ok(http_command(server, None, client.mode))
+        codes |= run_cases(client, corpus, WITHOUT_SOURCE, None)
+    finally:
+        stop(server)
+    assert codes == ERROR_CODES
+    assert "Traceback" not in server.stderr()
+
+
+def test_http_without_the_token_names_it(client: Client, corpus: Corpus, tmp_path: Path) -> None:
+    """What the client shows its user when the token is missing or wrong: where to configure it."""
+    server = start_http_server(corpus.path, tmp_path / "index.sqlite", tmp_path / "server.log", token=TOKEN)
+    try:
+        for token in (None, "not-the-token"):
+            answer = client.send(http_command(server, SOURCE, client.mode, token))
+            if answer["ok"]:  # a client that pins its protocol version sends nothing until the first request
+                answer = client.send({"op": "list"})
+            assert not answer["ok"], answer
+            message = answer["error"]["message"]
+            print(f"{client.name} client, token {token!r}: {answer['error']['name']}: {message}")
+            assert "CCWEB_INDEX_TOKEN" in message and "--token-file" in message, message
+            client.send({"op": "close"})
+    finally:
+        stop(server)
