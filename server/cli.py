@@ -240,6 +240,11 @@ def serve(
         anyio.run(serve_stdio, service, source_session)
     except KeyboardInterrupt:
         pass
+    except BaseException:
+        # Stopping because the index could not be opened can break a write in flight (an answer to
+        # `initialize`); the reason to report is the opening's, not the torn stream's.
+        if service.error is None:
+            raise
     finally:
         service.close()
     if service.error is not None:
