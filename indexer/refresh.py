@@ -132,7 +132,7 @@ class Indexer:
         torn = TornWrites(self.sessions_dir, self.max_session_bytes)
         for done, (session_id, loaded) in enumerate(loads, 1):
             known = stored.get(session_id)
-            if loaded is not None and TornWrites.worth_waiting_for(loaded, known is not None and known.good):
+            if loaded is not None and torn.worth_waiting_for(loaded, known is not None and known.good):
                 loaded = torn.settle(loaded)
             if loaded is None:
                 if session_id in stored:

@@ -42,13 +42,14 @@ class TornWrites:
         self._sleep = sleep
         self._deadline: float | None = None  # set by the first file that needs it
 
-    @staticmethod
-    def worth_waiting_for(loaded: Loaded, had_good_version: bool) -> bool:
-        """A file that was complete before, changed recently, and does not parse now."""
+    def worth_waiting_for(self, loaded: Loaded, had_good_version: bool) -> bool:
+        """A file that was complete before, changed recently, and does not parse now (a file over
+        the size limit is not being torn: its writer finishing would not make it fit)."""
         return (
             had_good_version
             and loaded.error is not None
             and not loaded.transient
+            and loaded.sig.size <= self.max_bytes
             and is_racy(loaded.sig, time.time_ns())
         )
 
