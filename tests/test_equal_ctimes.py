@@ -32,39 +32,28 @@ def coarse_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Signature, "of", classmethod(frozen))
 
 
-def test_a_late_commit_with_an_equal_ctime_does_not_replace_a_newer_row(
-    corpus: Corpus, db_path: Path, coarse_clock: None
+@pytest.mark.parametrize(
+    "older",
+    [
+        # Another size, one ctime: the older read is not the file's current state, and its ctime is
+        # not later than the row's, so it must not go in.
+        "version one",
+        # The same size and inode, one tick: the two versions have one signature; the later read wins.
+        "v1",
+    ],
+    ids=["equal-ctime", "identical-signature"],
+)
+def test_a_late_commit_of_an_older_read_does_not_replace_a_newer_row(
+    corpus: Corpus, db_path: Path, coarse_clock: None, older: str
 ) -> None:
-    """Versions of different sizes, one ctime: the older read is not the file's current state, and
-    its ctime is not later than the row's, so it must not go in."""
     corpus.write("x", session("v0", updated="2026-11-01T00:00:00Z"))
     h = Service(corpus.path, db_path, watch=True)
     h.start()
     try:
         other = PausedWriter(corpus, db_path)
-        corpus.write("x", session("version one", updated="2026-11-02T00:00:00Z"))
-        other.look_at("x")  # has read version 1, not committed yet
+        corpus.write("x", session(older, updated="2026-11-02T00:00:00Z"))
+        other.look_at("x")  # has read the older version, not committed yet
         corpus.write("x", session("v2", updated="2026-11-09T00:00:00Z"))
-        assert rows(h) == [("x", "2026-11-09T00:00:00.000Z")]
-        other.commit()
-        assert rows(h) == [("x", "2026-11-09T00:00:00.000Z")]
-    finally:
-        h.close()
-
-
-def test_a_late_commit_of_an_identical_signature_does_not_replace_a_later_read(
-    corpus: Corpus, db_path: Path, coarse_clock: None
-) -> None:
-    """Same size, same inode, one tick: the two versions have one signature. The later read wins."""
-    corpus.write("x", session("v0", updated="2026-11-01T00:00:00Z"))
-    h = Service(corpus.path, db_path, watch=True)
-    h.start()
-    try:
-        other = PausedWriter(corpus, db_path)
-        corpus.write("x", session("v1", updated="2026-11-02T00:00:00Z"))
-        other.look_at("x")
-        corpus.write("x", session("v2", updated="2026-11-09T00:00:00Z"))
-        assert Signature.of(corpus.file("x").stat()).size == len(corpus.file("x").read_bytes())
         assert rows(h) == [("x", "2026-11-09T00:00:00.000Z")]
         other.commit()
         assert rows(h) == [("x", "2026-11-09T00:00:00.000Z")]
