@@ -21,13 +21,12 @@ from ccweb_index.server.service import Service
 from conftest import Corpus, session
 from test_many_writers import PausedWriter, rows
 
-TICK = time.time_ns()  # the one timestamp every change of the test gets
-
-
 @pytest.fixture
 def coarse_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    tick = time.time_ns()  # the one timestamp every change of the test gets
+
     def frozen(cls: type[Signature], st: object) -> Signature:
-        return cls(st.st_ino, st.st_size, TICK, TICK)  # type: ignore[attr-defined]
+        return cls(st.st_ino, st.st_size, tick, tick)  # type: ignore[attr-defined]
 
     monkeypatch.setattr(Signature, "of", classmethod(frozen))
 
