@@ -14,12 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
+from test_many_writers import PausedWriter, rows
 
 from ccweb_index.indexer.files import Signature
 from ccweb_index.server.service import Service
 
 from conftest import Corpus, session
-from test_many_writers import PausedWriter, rows
+
 
 @pytest.fixture
 def coarse_clock(monkeypatch: pytest.MonkeyPatch) -> None:
