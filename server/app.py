@@ -13,6 +13,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
 from ccweb_index.server.service import Service, ToolResult
+from ccweb_index.server.stop import calls_in_flight, exit_on_sigterm
 from ccweb_index.server.tools import TOOLS
 
 log = logging.getLogger("ccweb_index")
@@ -40,7 +41,8 @@ def to_call_result(result: ToolResult) -> types.CallToolResult:
 def guarded_call(service: Service, name: str, arguments: Any, source: str | None) -> ToolResult:
     """`service.call`, with any failure it did not foresee answered as a tool error, not a traceback."""
     try:
-        return service.call(name, arguments, source)
+        with calls_in_flight:
+            return service.call(name, arguments, source)
     except Exception:
         log.exception("tool call %r failed unexpectedly", name[:80] if isinstance(name, str) else name)
         return ToolResult(
@@ -84,5 +86,7 @@ def build_server(service: Service, source_of: SourceOf, *, in_thread: bool = Tru
 
 async def serve_stdio(service: Service, source: str | None) -> None:
     server = build_server(service, lambda ctx: source, in_thread=False)
-    async with stdio_server() as (read_stream, write_stream):
+    async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as tasks:
+        tasks.start_soon(exit_on_sigterm, write_stream, service.close)  # server.stop: why it exits so
         await server.run(read_stream, write_stream, server.create_initialization_options())
+        tasks.cancel_scope.cancel()
