@@ -215,10 +215,12 @@ def _migrate_and_claim(conn: sqlite3.Connection, sessions_dir: str) -> None:
     # Each migration runs in its own transaction with the record of it (sqlite-utils), so one
     # interrupted half-way (kill -9, power loss) is rolled back and simply runs again.
     migrations.apply(Database(conn))
+    # The path's bytes: any path the OS accepts, UTF-8 or not (an older index holds it as text).
+    claimed = os.fsencode(sessions_dir)
     row = conn.execute("SELECT value FROM meta WHERE key = 'sessions_dir'").fetchone()
     if row is None:
-        conn.execute("INSERT INTO meta (key, value) VALUES ('sessions_dir', ?)", (sessions_dir,))
-    elif row[0] != sessions_dir:
+        conn.execute("INSERT INTO meta (key, value) VALUES ('sessions_dir', ?)", (claimed,))
+    elif (row[0] if isinstance(row[0], bytes) else os.fsencode(row[0])) != claimed:
         raise IndexMismatch(
             f"the index belongs to the sessions directory {row[0]!r}, not {sessions_dir!r}; "
             "pass another --db, or delete this index file to rebuild it"

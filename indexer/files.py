@@ -25,7 +25,9 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ccweb_index.indexer.sessionfile import session_id_from_name
 
@@ -52,6 +54,33 @@ class Signature:
 def is_racy(sig: Signature, looked_at_ns: int) -> bool:
     """Whether a later change could leave `sig` unchanged (see the module docstring)."""
     return sig.ctime_ns >= looked_at_ns - RACY_WINDOW_NS
+
+
+def racy_mark(sig: Signature, looked_at_ns: int) -> int:
+    """What the index keeps in `racy`: 0 for a settled state, else when the racy read began.
+
+    Two reads of one racy signature may have seen different contents (two writes in one timestamp
+    tick); the later read is the one to keep (docs/design.md, "Equal ctimes").
+    """
+    return looked_at_ns if is_racy(sig, looked_at_ns) else 0
+
+
+# --- "we could not read it now" is not "the file is bad" -------------------------------------------
+
+# Read failures that say nothing about the file: the process or the system is short of something
+# now (descriptors, memory, kernel buffers), the call was interrupted or would block, or the storage
+# (a disk, a network filesystem) failed this once. They are never recorded against the file's
+# signature: the file stays due and is read again (docs/reliability.md). Permission denied, a file
+# over the size limit, or bytes that do not parse are the file's own state, and are recorded.
+TRANSIENT_ERRNOS = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS, errno.EAGAIN, errno.EINTR, errno.EIO,
+     errno.EBUSY, errno.ETIMEDOUT, errno.ESTALE}
+)  # fmt: skip
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a failure to read a file is the environment's, not the file's (TRANSIENT_ERRNOS)."""
+    return isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS)
 
 
 # --- entries that are named like sessions but are not regular files ------------------------------
@@ -123,7 +152,28 @@ def list_sessions(sessions_dir: str) -> dict[str, int]:
     devices) are left out, and logged once; the few whose type readdir does not know are settled by
     an lstat. A sessions path that is not a directory raises FileNotFoundError: it holds no sessions.
     """
-    found: dict[str, int] = {}
+    return _scan(sessions_dir, os.DirEntry.inode)
+
+
+SigTuple = tuple[int, int, int, int]  # a Signature's fields, for comparing many cheaply
+
+
+def sweep_sessions(sessions_dir: str) -> dict[str, SigTuple]:
+    """Every session file's signature, as (ino, size, mtime_ns, ctime_ns): one readdir and one lstat
+    per file, and nothing else per file (the check of the whole directory, done often)."""
+
+    def signature(entry: os.DirEntry[str]) -> SigTuple:
+        st = entry.stat(follow_symlinks=False)
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    return _scan(sessions_dir, signature)
+
+
+_T = TypeVar("_T")
+
+
+def _scan(sessions_dir: str, value: Callable[[os.DirEntry[str]], _T]) -> dict[str, _T]:
+    found: dict[str, _T] = {}
     ignored: set[str] = set()
     try:
         entries = os.scandir(sessions_dir)
@@ -140,9 +190,9 @@ def list_sessions(sessions_dir: str) -> dict[str, int]:
                     ignored.add(entry.path)
                     _ignored.note(entry.path, entry.inode(), entry.stat(follow_symlinks=False).st_mode)
                     continue
-            except OSError:  # gone since readdir
+                found[session_id] = value(entry)
+            except FileNotFoundError:  # gone since readdir
                 continue
-            found[session_id] = entry.inode()
     _ignored.forget_all_but(sessions_dir, ignored)
     return found
 
@@ -164,14 +214,6 @@ def ignored_entries(sessions_dir: str) -> list[tuple[str, str]]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     return sorted(out)
-
-
-def dir_signature(sessions_dir: str) -> Signature:
-    """The directory's own signature. FileNotFoundError when it is missing or not a directory."""
-    st = os.stat(sessions_dir)
-    if not stat.S_ISDIR(st.st_mode):
-        raise FileNotFoundError(errno.ENOTDIR, "not a directory", sessions_dir)
-    return Signature.of(st)
 
 
 def dir_identity(sessions_dir: str) -> tuple[int, int] | None:

@@ -17,9 +17,10 @@ import pickle
 import select
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +28,9 @@ from ccweb_index.indexer.files import (
     NotASession,
     Signature,
     TooLarge,
-    is_racy,
+    is_transient,
     lstat_session,
+    racy_mark,
     read_session_file,
 )
 from ccweb_index.indexer.row import SessionRow
@@ -51,29 +53,70 @@ class Loaded:
 
     session_id: str
     sig: Signature
-    racy: bool
+    racy: int  # files.racy_mark: 0 when settled, else when the racy read began
     error: str | None  # None: it parsed, and `row` and `inputs` hold it
     size: int
     row: SessionRow | None = None
     # (seq, message_id, created_at_ms, head, original_chars): plain tuples, which cross the worker pipe cheaply
     inputs: list[tuple[int, str | None, int | None, str, int]] = field(default_factory=list)
+    # The file could not be read now (files.is_transient): `error` says why, `sig` means nothing,
+    # and nothing of it may be recorded. It stays due.
+    transient: bool = False
+
+
+# A session that keeps changing while unreadable (growing past the size limit, rewritten in a loop)
+# is logged at most this often, with the count of the states not logged.
+UNREADABLE_LOG_SECONDS = 60.0
+
+
+@dataclass(slots=True)
+class _Logged:
+    state: tuple[Signature, str] | None  # None: readable since
+    at: float  # when the last line about it was logged
+    unlogged: int = 0  # unreadable states seen since then and not logged
 
 
 class UnreadableLog:
-    """Logs a session file as unreadable once per state of it: a racy file is re-read until it
-    settles, and must not flood the log. Shared by the indexer and the answers from the files."""
+    """Logs a session file as unreadable: at once when it becomes so, then at most once per
+    UNREADABLE_LOG_SECONDS while it keeps changing, with a count, so that neither a racy file read
+    again and again nor one rewritten a thousand times a minute floods the log. Shared by the
+    indexer and the answers from the files. A failure that is not the file's own (transient) is
+    logged by the indexer, as a fault of the process (refresh.py)."""
 
-    def __init__(self) -> None:
-        self._logged: dict[str, tuple[Signature, str]] = {}
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._files: dict[str, _Logged] = {}
 
-    def note(self, loaded: Loaded) -> None:
-        state = (loaded.sig, loaded.error or "")
-        if self._logged.get(loaded.session_id) != state:
-            self._logged[loaded.session_id] = state
-            log.warning("session %s is unreadable: %s", loaded.session_id, loaded.error)
+    def note(self, loaded: Loaded, *, stand_in: bool = False) -> None:
+        """`stand_in`: its last good version answers meanwhile (the log line says so)."""
+        if loaded.transient:
+            return
+        state, now = (loaded.sig, loaded.error or ""), self._clock()
+        with self._lock:
+            entry = self._files.get(loaded.session_id)
+            if entry is not None and entry.state == state:
+                return
+            if entry is not None and now - entry.at < UNREADABLE_LOG_SECONDS:
+                entry.state, entry.unlogged = state, entry.unlogged + 1
+                return
+            unlogged = 0 if entry is None else entry.unlogged
+            self._files[loaded.session_id] = _Logged(state, now)
+        more = f" ({unlogged} more unreadable states of it were not logged)" if unlogged else ""
+        kept = "; its last good version stands in" if stand_in else ""
+        log.warning("session %s is unreadable: %s%s%s", loaded.session_id, loaded.error, kept, more)
 
     def readable(self, session_id: str) -> None:
-        self._logged.pop(session_id, None)
+        # The time of the last line is kept for a while: a file flapping between readable and not
+        # (torn reads under a writer) is still logged once per UNREADABLE_LOG_SECONDS.
+        with self._lock:
+            entry = self._files.get(session_id)
+            if entry is None:
+                return
+            if self._clock() - entry.at >= UNREADABLE_LOG_SECONDS:
+                del self._files[session_id]
+            else:
+                entry.state = None
 
 
 def load_session(sessions_dir: str, session_id: str, max_bytes: int) -> Loaded | None:
@@ -83,18 +126,22 @@ def load_session(sessions_dir: str, session_id: str, max_bytes: int) -> Loaded |
         data, sig, looked_at = read_session_file(path, max_bytes)
     except NotASession:
         return None
-    except (TooLarge, OSError) as exc:
+    except (TooLarge, OSError, MemoryError) as exc:
+        if is_transient(exc):
+            return _not_now(session_id, exc)
         st = lstat_session(sessions_dir, session_id)
         if st is None:
             return None
         sig = Signature.of(st)
-        reason = str(exc) if isinstance(exc, TooLarge) else f"cannot read: {exc.strerror or exc}"
-        return Loaded(session_id, sig, is_racy(sig, time.time_ns()), reason, 0)
-    racy = is_racy(sig, looked_at)
+        reason = f"cannot read: {exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+        return Loaded(session_id, sig, racy_mark(sig, time.time_ns()), reason, 0)
+    racy = racy_mark(sig, looked_at)
     try:
         parsed = parse_session(data)
     except Unreadable as exc:
         return Loaded(session_id, sig, racy, exc.reason, len(data))
+    except MemoryError as exc:
+        return _not_now(session_id, exc)
     updated = parsed.updated_at_ms if parsed.updated_at_ms is not None else sig.mtime_ns // 1_000_000
     row = SessionRow(
         session_id, parsed.title, parsed.agent, None if parsed.agent is None else parsed.agent.lower(),
@@ -109,6 +156,11 @@ def load_session(sessions_dir: str, session_id: str, max_bytes: int) -> Loaded |
     return Loaded(session_id, sig, racy, None, len(data), row, inputs)
 
 
+def _not_now(session_id: str, exc: BaseException) -> Loaded:
+    reason = "out of memory" if isinstance(exc, MemoryError) else (getattr(exc, "strerror", None) or str(exc))
+    return Loaded(session_id, Signature(0, 0, 0, 0), 0, f"cannot read it now: {reason}", 0, transient=True)
+
+
 def _load_chunk(sessions_dir: str, session_ids: list[str], max_bytes: int) -> list[Loaded | None]:
     return [load_session(sessions_dir, session_id, max_bytes) for session_id in session_ids]
 
@@ -120,14 +172,15 @@ def _flatten(item: Loaded | None) -> tuple[object, ...] | None:
         return None
     sig = (item.sig.ino, item.sig.size, item.sig.mtime_ns, item.sig.ctime_ns)
     row = None if item.row is None else tuple(item.row)
-    return (item.session_id, sig, item.racy, item.error, item.size, row, item.inputs)
+    return (item.session_id, sig, item.racy, item.error, item.size, row, item.inputs, item.transient)
 
 
 def _unflatten(flat: tuple[Any, ...] | None) -> Loaded | None:
     if flat is None:
         return None
-    session_id, sig, racy, error, size, row, inputs = flat
-    return Loaded(session_id, Signature(*sig), racy, error, size, None if row is None else SessionRow._make(row), inputs)
+    session_id, sig, racy, error, size, row, inputs, transient = flat
+    row = None if row is None else SessionRow._make(row)
+    return Loaded(session_id, Signature(*sig), racy, error, size, row, inputs, transient)
 
 
 def load_many(

@@ -1,4 +1,4 @@
-"""Bringing the index in line with the sessions directory: all of it, some files, or just the listing."""
+"""Bringing the index in line with the sessions directory: all of it, or some files."""
 
 from __future__ import annotations
 
@@ -9,16 +9,11 @@ from dataclasses import dataclass, field
 
 from ccweb_index.indexer import store
 from ccweb_index.indexer.db import get_meta, set_meta, write_transaction
-from ccweb_index.indexer.files import (
-    DEFAULT_MAX_SESSION_BYTES,
-    Signature,
-    dir_signature,
-    is_racy,
-    list_sessions,
-    lstat_session,
-)
+from ccweb_index.indexer.faultlog import FaultLog
+from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, Signature, lstat_session, sweep_sessions
 from ccweb_index.indexer.handle import IndexHandle
 from ccweb_index.indexer.load import Loaded, UnreadableLog, load_many
+from ccweb_index.indexer.torn import TornWrites
 
 # Bounds one write transaction, so readers in other processes never wait long.
 _BATCH_FILES = 1000
@@ -34,6 +29,9 @@ class RefreshStats:
     removed: int = 0
     unreadable: int = 0
     changed: set[str] = field(default_factory=set)
+    # Files that could not be read now (files.is_transient), with why: nothing was recorded of
+    # them, so they are still due; the caller looks again (the watcher, with back-off).
+    deferred: dict[str, str] = field(default_factory=dict)
 
 
 class Indexer:
@@ -55,6 +53,7 @@ class Indexer:
         self.lock = handle.lock
         self.max_session_bytes = max_session_bytes
         self.unreadable = unreadable or UnreadableLog()
+        self._shortage = FaultLog()  # reads failing for the environment's reasons, logged once
 
     # --- the ways in ------------------------------------------------------------------------
 
@@ -67,18 +66,22 @@ class Indexer:
                 self.reconcile()
 
     def reconcile(self, progress: Callable[[int, int], None] | None = None) -> RefreshStats:
-        """Compare every file's signature with the index; read what changed; drop what is gone."""
+        """Compare every file's signature with the index; read what changed; drop what is gone.
+
+        Also the check of a call without a caught-up watcher, so the comparison is one readdir, one
+        lstat per file and plain tuples; rows are fetched whole only for the files that are due.
+        """
         with self.handle.connection() as conn:
+            looked_at = time.time_ns()
             try:
-                dir_sig: Signature | None = dir_signature(self.sessions_dir)
-                looked_at = time.time_ns()
-                listing = list_sessions(self.sessions_dir)
+                swept = sweep_sessions(self.sessions_dir)
             except FileNotFoundError:
-                # The directory is gone: it holds no sessions until it is back.
-                dir_sig, looked_at, listing = None, time.time_ns(), {}
-            stored = store.stored_signatures(conn)
-            stats = self._bring_in_line(conn, set(listing) | set(stored), stored, progress=progress)
-            self._record_listing(conn, dir_sig, looked_at, reconciled=True)
+                swept = {}  # the directory is gone: it holds no sessions until it is back
+            settled, known = store.settled_signatures(conn)
+            due = {i for i, sig in swept.items() if settled.get(i) != sig} | {i for i in known if i not in swept}
+            stored = store.stored_signatures(conn, sorted(due))
+            stats = self._bring_in_line(conn, due, stored, progress=progress)
+            self._stamp_reconcile(conn, looked_at)
             self.handle.reconciled()
             return stats
 
@@ -91,44 +94,15 @@ class Indexer:
             stored = store.stored_signatures(conn, ids)
             return self._bring_in_line(conn, ids, stored)
 
-    def refresh_listing(self) -> RefreshStats:
-        """Notice files added, removed or replaced since the last listing, without a stat per file.
-
-        Creating, deleting or renaming an entry changes the directory's own signature; only then is
-        the directory listed again, and only names that appeared, vanished or changed inode are read.
-        """
-        with self.handle.connection() as conn:
-            try:
-                dir_sig = dir_signature(self.sessions_dir)
-            except FileNotFoundError:
-                return self.reconcile()
-            if _listing_is_current(conn, dir_sig):
-                return RefreshStats()
-            looked_at = time.time_ns()
-            listing = list_sessions(self.sessions_dir)
-            stored = store.stored_signatures(conn)
-            moved = {i for i in set(listing) | set(stored) if i not in stored or listing.get(i) != stored[i].sig.ino}
-            stats = self._bring_in_line(conn, moved, stored)
-            self._record_listing(conn, dir_sig, looked_at)
-            return stats
-
     # --- the work ---------------------------------------------------------------------------
 
-    def _record_listing(
-        self, conn: sqlite3.Connection, dir_sig: Signature | None, looked_at: int, *, reconciled: bool = False
-    ) -> None:
-        values: dict[str, object] = {
-            "dir_signature": None if dir_sig is None else _encode_sig(dir_sig),
-            "dir_racy": int(dir_sig is None or is_racy(dir_sig, looked_at)),
-        }
-        last = get_meta(conn, "last_reconcile_ns")
-        if reconciled and (not isinstance(last, int) or looked_at - last > _RECONCILE_STAMP_NS):
-            values["last_reconcile_ns"] = looked_at
+    def _stamp_reconcile(self, conn: sqlite3.Connection, looked_at: int) -> None:
         # A look that changed nothing writes nothing: no write lock is taken, so a call never waits
         # behind another process's writer just to say that all is as it was.
-        if any(get_meta(conn, key) != value for key, value in values.items()):
+        last = get_meta(conn, "last_reconcile_ns")
+        if not isinstance(last, int) or looked_at - last > _RECONCILE_STAMP_NS:
             with write_transaction(conn):
-                set_meta(conn, **values)
+                set_meta(conn, last_reconcile_ns=looked_at)
 
     def _bring_in_line(
         self,
@@ -155,10 +129,16 @@ class Indexer:
         pending: list[Loaded] = []
         pending_bytes = 0
         loads = load_many(self.sessions_dir, wanted, self.max_session_bytes)
+        torn = TornWrites(self.sessions_dir, self.max_session_bytes)
         for done, (session_id, loaded) in enumerate(loads, 1):
+            known = stored.get(session_id)
+            if loaded is not None and torn.worth_waiting_for(loaded, known is not None and known.good):
+                loaded = torn.settle(loaded)
             if loaded is None:
                 if session_id in stored:
                     gone.append(session_id)
+            elif loaded.transient:
+                stats.deferred[session_id] = loaded.error or ""
             else:
                 pending.append(loaded)
                 pending_bytes += loaded.size
@@ -168,6 +148,14 @@ class Indexer:
             if progress is not None:
                 progress(done, len(wanted))
         self._write(conn, pending, gone, stored, stats)
+        if stats.deferred:
+            reason = next(iter(stats.deferred.values()))
+            self._shortage.begin(
+                f"session files cannot be read now ({reason}); their last good versions answer meanwhile, "
+                "and they are read again at the next look"
+            )
+        elif wanted:
+            self._shortage.end("session files can be read again")
         return stats
 
     def _write(
@@ -196,25 +184,24 @@ class Indexer:
             stats.changed.add(item.session_id)
             if item.error is not None:
                 stats.unreadable += 1
-                self.unreadable.note(item)
+                known = stored.get(item.session_id)
+                self.unreadable.note(item, stand_in=known is not None and known.good)
             else:
                 self.unreadable.readable(item.session_id)
         stats.removed += len(gone)
         stats.changed.update(gone)
 
     def _newer_than_row(self, item: Loaded, row: store.Stored | None) -> bool:
+        """Whether `item` may replace `row` (docs/design.md, "Several writers" and "Equal ctimes")."""
         st = lstat_session(self.sessions_dir, item.session_id)
-        if st is not None and Signature.of(st) == item.sig:
-            return True  # the file's current state, whatever the clock did
         if row is None:
             return st is not None  # a row forgotten meanwhile stays forgotten if the file is gone
-        return row.sig.ctime_ns <= item.sig.ctime_ns
-
-
-def _listing_is_current(conn: sqlite3.Connection, dir_sig: Signature) -> bool:
-    recorded = get_meta(conn, "dir_signature")
-    return recorded == _encode_sig(dir_sig) and not get_meta(conn, "dir_racy")
-
-
-def _encode_sig(sig: Signature) -> str:
-    return f"{sig.ino}:{sig.size}:{sig.mtime_ns}:{sig.ctime_ns}"
+        if row.sig == item.sig:
+            # One state as far as stat can tell. A settled read is the state's final content; of two
+            # racy reads, which may differ (two writes in one timestamp tick), the later one.
+            return not item.racy or (row.racy != 0 and row.racy <= item.racy)
+        if st is not None and Signature.of(st) == item.sig:
+            return True  # the file's current state, whatever the clock did
+        # Neither is the file now. Only a strictly later ctime says the item is the later state: with
+        # coarse timestamps, equal ctimes may be two states in either order.
+        return row.sig.ctime_ns < item.sig.ctime_ns

@@ -21,11 +21,12 @@ _REPLACE_PARSED = (
 @dataclass(frozen=True, slots=True)
 class Stored:
     sig: Signature
-    racy: bool
+    racy: int  # files.racy_mark: 0 when settled, else when the racy read began (1: an older index's "racy")
+    good: bool  # a readable version is kept
 
 
 def stored_signatures(conn: sqlite3.Connection, ids: list[str] | None = None) -> dict[str, Stored]:
-    sql = "SELECT id, ino, size, mtime_ns, ctime_ns, racy FROM sessions"
+    sql = "SELECT id, ino, size, mtime_ns, ctime_ns, racy, good FROM sessions"
     if ids is None:
         rows = conn.execute(sql).fetchall()
     else:
@@ -33,7 +34,14 @@ def stored_signatures(conn: sqlite3.Connection, ids: list[str] | None = None) ->
         for start in range(0, len(ids), IDS_PER_STATEMENT):
             chunk = ids[start : start + IDS_PER_STATEMENT]
             rows += conn.execute(f"{sql} WHERE id IN ({','.join('?' * len(chunk))})", chunk).fetchall()
-    return {row[0]: Stored(Signature(*row[1:5]), bool(row[5])) for row in rows}
+    return {row[0]: Stored(Signature(*row[1:5]), row[5], bool(row[6])) for row in rows}
+
+
+def settled_signatures(conn: sqlite3.Connection) -> tuple[dict[str, tuple[int, int, int, int]], list[str]]:
+    """The signatures of the settled (not racy) rows, as plain tuples to compare with a sweep of the
+    directory (files.sweep_sessions), and the ids of all rows."""
+    rows = conn.execute("SELECT id, ino, size, mtime_ns, ctime_ns, racy FROM sessions").fetchall()
+    return {row[0]: row[1:5] for row in rows if not row[5]}, [row[0] for row in rows]
 
 
 def record_loaded(conn: sqlite3.Connection, loaded: list[Loaded]) -> None:
@@ -42,7 +50,7 @@ def record_loaded(conn: sqlite3.Connection, loaded: list[Loaded]) -> None:
     conn.executemany(
         _REPLACE_PARSED,
         [
-            (*item.row, item.sig.ino, item.sig.size, item.sig.mtime_ns, item.sig.ctime_ns, int(item.racy))
+            (*item.row, item.sig.ino, item.sig.size, item.sig.mtime_ns, item.sig.ctime_ns, item.racy)
             for item in parsed
             if item.row is not None
         ],
@@ -58,11 +66,11 @@ def record_loaded(conn: sqlite3.Connection, loaded: list[Loaded]) -> None:
             record_unreadable(conn, item.session_id, item.sig, item.racy, item.error or "")
 
 
-def record_unreadable(conn: sqlite3.Connection, session_id: str, sig: Signature, racy: bool, reason: str) -> None:
+def record_unreadable(conn: sqlite3.Connection, session_id: str, sig: Signature, racy: int, reason: str) -> None:
     """Note the file's current state as unreadable, keeping the last good version if there is one."""
     updated = conn.execute(
         "UPDATE sessions SET ino = ?, size = ?, mtime_ns = ?, ctime_ns = ?, racy = ?, error = ? WHERE id = ?",
-        (sig.ino, sig.size, sig.mtime_ns, sig.ctime_ns, int(racy), reason, session_id),
+        (sig.ino, sig.size, sig.mtime_ns, sig.ctime_ns, racy, reason, session_id),
     ).rowcount
     if not updated:
         conn.execute(

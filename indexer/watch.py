@@ -16,7 +16,10 @@ Two watchers share one interface:
 
 Both hand changed session ids to an applier thread, which coalesces bursts and re-indexes them. A
 batch that fails (the index locked, the disk full...) goes back into the dirty set, so no event is
-lost, and is retried with a growing delay; `sync()` applies what is pending itself anyway.
+lost, and is retried with a growing delay; `sync()` applies what is pending itself anyway. So does
+a file that could not be read now (out of descriptors or memory, an I/O error: `files.is_transient`):
+nothing is recorded of it, it stays dirty, and the applier retries it with a growing delay until it
+reads, while every synced call tries it once more.
 
 Each watcher records which directory it watches (`watched`: device and inode). If the sessions path
 comes to lead elsewhere (the directory deleted and recreated, renamed, replaced by a symlink), the
@@ -52,6 +55,9 @@ COALESCE_SECONDS = 0.005
 SYNC_TIMEOUT_SECONDS = 2.0
 # After a failed batch the applier waits this long, doubling up to the maximum, before retrying.
 RETRY_SECONDS = (0.5, 30.0)
+# After files that could not be read now (a descriptor shortage...), the same, sooner: the shortage
+# may end any moment, and until then their answers are their last good versions.
+DEFERRED_RETRY_SECONDS = (0.05, 5.0)
 
 # Called with the exception when re-indexing fails in the background.
 ErrorHandler = Callable[[BaseException], None]
@@ -180,52 +186,69 @@ class _Applier(threading.Thread):
         self._stopping = threading.Event()
 
     def run(self) -> None:
-        delay = 0.0
+        delay = deferred_delay = 0.0
         while not self._stopping.is_set():
             if not self.dirty.wait(0.2):
                 continue
             time.sleep(COALESCE_SECONDS)
             try:
-                apply_dirty(self.indexer, self.dirty)
+                deferred = apply_dirty(self.indexer, self.dirty)
             except Exception as exc:  # a bad moment for the database must not end the watcher
                 try:
                     self._on_error(exc)
                 except Exception:
                     log.exception("the watcher's error handler failed")
-                delay = min(max(delay * 2, RETRY_SECONDS[0]), RETRY_SECONDS[1])
+                delay = _longer(delay, RETRY_SECONDS)
                 self._stopping.wait(delay)
-            else:
-                if delay:
-                    delay = 0.0
-                    self._default_log.recovered()
+                continue
+            if delay:
+                delay = 0.0
+                self._default_log.recovered()
+            deferred_delay = _longer(deferred_delay, DEFERRED_RETRY_SECONDS) if deferred else 0.0
+            if deferred:
+                self._stopping.wait(deferred_delay)
 
     def stop(self) -> None:
         self._stopping.set()
 
 
-def apply_dirty(indexer: Indexer, dirty: _DirtySet) -> None:
+def _longer(delay: float, bounds: tuple[float, float]) -> float:
+    return min(max(delay * 2, bounds[0]), bounds[1])
+
+
+def apply_dirty(indexer: Indexer, dirty: _DirtySet) -> set[str]:
+    """Re-index what is dirty; returns the files that could not be read now, which stay dirty."""
     # Taken under the indexer lock, so whoever takes the lock next sees this batch committed. A
     # batch that fails goes back, whole: the ids already applied are cheap to check again.
     with indexer.lock:
         ids, overflow, since = dirty.take()
         try:
             if overflow:
-                indexer.reconcile()
+                stats = indexer.reconcile()
             elif ids:
-                indexer.refresh(ids)
+                stats = indexer.refresh(ids)
+            else:
+                return set()
         except BaseException:
             dirty.restore(ids, overflow, since)
             raise
+        deferred = set(stats.deferred)
+        if deferred:
+            dirty.restore(deferred, False, since)
+        return deferred
 
 
 def _initial_reconcile(indexer: Indexer, dirty: _DirtySet, on_error: ErrorHandler | None) -> None:
     # Everything that changed before the watch began is found by comparing signatures once. If the
     # index cannot be written now, the applier does it later (and calls check the files meanwhile).
     try:
-        indexer.reconcile()
+        stats = indexer.reconcile()
     except (IndexFailure, OSError) as exc:
         dirty.overflow()
         (on_error or _FailureLog())(exc)
+        return
+    for session_id in stats.deferred:  # could not be read now: the applier retries them
+        dirty.add(session_id)
 
 
 # --- inotify -----------------------------------------------------------------------------------

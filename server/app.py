@@ -13,6 +13,7 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
+from ccweb_index.server.stop import calls_in_flight, exit_on_sigterm
 from ccweb_index.server.tools import TOOLS
 
 if TYPE_CHECKING:  # imported when a call needs it: the index is opened beside the server (LazyService)
@@ -46,7 +47,8 @@ def to_call_result(result: ToolResult) -> types.CallToolResult:
 def guarded_call(service: Service | LazyService, name: str, arguments: Any, source: str | None) -> ToolResult:
     """`service.call`, with any failure it did not foresee answered as a tool error, not a traceback."""
     try:
-        return service.call(name, arguments, source)
+        with calls_in_flight:
+            return service.call(name, arguments, source)
     except Exception:
         from ccweb_index.server.service import ToolResult
 
@@ -94,8 +96,9 @@ class LazyService:
         return self._service.call(name, arguments, source)
 
     def close(self) -> None:
-        if self.wait():
-            assert self._service is not None
+        # Not waiting for an opening still under way (a first index of a large directory): stopping
+        # must not wait on it, and SQLite rolls back what it leaves unfinished (the index is a cache).
+        if self._opened.is_set() and self._service is not None:
             self._service.close()
 
 
@@ -136,6 +139,7 @@ async def serve_stdio(service: Service | LazyService, source: str | None) -> Non
     """Serve one client over stdin/stdout until it closes them, or until a `LazyService` fails to open."""
     server = build_server(service, lambda ctx: source, in_thread=False)
     async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as tasks:
+        tasks.start_soon(exit_on_sigterm, write_stream, service.close)  # server.stop: why it exits so
         if isinstance(service, LazyService):
             tasks.start_soon(_stop_unless_opened, service, tasks.cancel_scope)
         await server.run(read_stream, write_stream, server.create_initialization_options())

@@ -96,10 +96,21 @@ def _require_dir(sessions_dir: str) -> None:
         raise click.ClickException(f"the sessions directory {sessions_dir!r} does not exist or is not a directory")
 
 
+def _paths_print_as_bytes() -> None:
+    # Paths are bytes (docs/decisions.md): a sessions path that is not UTF-8 reaches us with
+    # surrogate escapes, which a strict UTF-8 stream refuses. On stdout it prints as its own bytes
+    # (as `ls` would); in the log, escaped.
+    for stream, errors in ((sys.stdout, "surrogateescape"), (sys.stderr, "backslashreplace")):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors=errors)
+
+
 @click.group()
 @click.version_option(package_name="ccweb-index")
 def main() -> None:
     """Index cc-web session files in SQLite and answer cc-web's MCP tools from the index."""
+    _paths_print_as_bytes()
 
 
 @main.command()

@@ -8,6 +8,7 @@ connection of its own when the index is still readable.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import urllib.parse
 from collections.abc import Callable
@@ -94,7 +95,7 @@ class FileAnswers:
 
     def _read_index(self, read: Callable[[sqlite3.Connection], T]) -> T | None:
         """`read` on a read-only connection of its own (never waits for this process's lock), or None."""
-        uri = f"file:{urllib.parse.quote(str(self.db_path))}?mode=ro"
+        uri = f"file:{urllib.parse.quote(os.fsencode(self.db_path))}?mode=ro"  # any path's bytes
         try:
             conn = sqlite3.connect(uri, uri=True, timeout=_LAST_GOOD_WAIT_SECONDS)
             try:

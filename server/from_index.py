@@ -3,11 +3,12 @@
 - ccweb_list_user_inputs depends on one file. Its signature is compared with the index (and a racy
   one is re-read) on every call, watcher or not.
 - ccweb_list_conversations depends on the directory. With a synced watcher (see indexer.watch),
-  every change before the call is already in the index. Without one, the directory's own signature
-  reveals files added, removed or replaced; for scope "children" the answer's files are then
-  re-checked (a session becomes a child when it is created, which changes the directory); for
-  scope "all" and for filters, where an in-place edit of any file can change the answer, every
-  file's signature is compared (a stat each, no reads).
+  every change before the call is already in the index. Without one, every file's signature is
+  compared (a stat each; reads only for files that moved, are racy, or could not be read now),
+  whatever the scope: a session becomes a child not only when it is created (which changes the
+  directory) but also when it is rewritten in place to name its source, or when the write that
+  creates it truncates first and fills the file afterwards (Node's `fs.writeFile`), and only a
+  stat of that file shows either (docs/design.md; the cost is in docs/benchmarks.md).
 
 Before either, `Indexer.ready` makes sure the index is the one at the path (indexer.handle). Index
 failures come out as the types of indexer.errors, for the service to answer from the files instead.
@@ -46,14 +47,14 @@ class IndexAnswers:
         conversation_id = request.conversation_id
         with self.handle.locked(LOCK_WAIT_SECONDS):
             self.indexer.ready()
-            self.indexer.refresh([conversation_id])
+            not_now = self.indexer.refresh([conversation_id]).deferred.get(conversation_id)
             with self.handle.connection() as conn:
                 state = queries.session_state(conn, conversation_id)
-                if state is None:
+                if state is None and not_now is None:
                     raise not_found(conversation_id)
-                good, error, total = state
-                if not good:
-                    raise unreadable(conversation_id, error or "unknown reason")
+                good, error, total = state or (False, None, 0)
+                if not good:  # a file that exists but cannot be read now is not "not found"
+                    raise unreadable(conversation_id, not_now or error or "unknown reason")
                 newest = queries.newest_inputs(conn, conversation_id, request.limit)
         return user_inputs_answer(conversation_id, request.limit, request.max_chars, total, newest)
 
@@ -64,7 +65,7 @@ class IndexAnswers:
         synced = self._synced()
         with self.handle.locked(LOCK_WAIT_SECONDS):
             if not synced:
-                self._check_files(children_of=request.children_of)
+                self.indexer.reconcile()
             with self.handle.connection() as conn:
                 rows = queries.conversations(conn, request, limit=request.limit + 1)
         return conversations_answer(request, rows)
@@ -79,13 +80,3 @@ class IndexAnswers:
             and watcher.watched is not None
             and watcher.watched == dir_identity(self.indexer.sessions_dir)
         )
-
-    def _check_files(self, *, children_of: str | None) -> None:
-        """Without a synced watcher: compare the signatures of every file the answer could depend on."""
-        if children_of is None:
-            self.indexer.reconcile()
-            return
-        self.indexer.refresh_listing()
-        with self.handle.connection() as conn:
-            children = queries.children_ids(conn, children_of)
-        self.indexer.refresh(children)

@@ -72,11 +72,6 @@ def good_rows(conn: sqlite3.Connection, session_ids: list[str]) -> list[SessionR
     return out
 
 
-def children_ids(conn: sqlite3.Connection, source: str) -> list[str]:
-    rows = conn.execute(f"SELECT id FROM sessions WHERE {_CHILD_OF} AND good = 1", (source,)).fetchall()
-    return [row[0] for row in rows]
-
-
 def session_state(conn: sqlite3.Connection, session_id: str) -> tuple[bool, str | None, int] | None:
     """(has a good version, current error, user input count) of one session, or None if not indexed."""
     row = conn.execute(

@@ -1,0 +1,85 @@
+"""SIGTERM ends a stdio server: the call in flight answers, then the process exits 0, even while
+its client keeps stdin open (issue 10, item 6).
+
+The SDK's stdio transport reads stdin in a worker thread that cannot be cancelled, so a server
+whose stdin stays open can never return from `anyio.run`: it used to close the index on SIGTERM
+(a `sys.exit` raised wherever the main thread was, possibly inside a call, with a traceback) and
+then stay alive, blocked on stdin, answering nothing. Instead, SIGTERM is received by the event
+loop (so it never interrupts a call: calls run between the loop's steps), the server waits until
+no call is in flight and the transport's writer has written every answer, closes the service and
+leaves with `os._exit(0)`: nothing else is left to do, and the stdin thread would never let a
+normal exit finish.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+# How long, after SIGTERM, the last answers have to be written before the process exits anyway.
+STOP_GRACE_SECONDS = 0.8
+_POLL_SECONDS = 0.005
+# Polls in a row that must find nothing left to write (an answer between its call and its send).
+_QUIET_POLLS = 3
+
+
+class CallsInFlight:
+    """How many tool calls this process is answering now (server.app's `guarded_call` counts)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self._count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._count -= 1
+
+    def idle(self) -> bool:
+        with self._lock:
+            return self._count == 0
+
+
+calls_in_flight = CallsInFlight()
+
+
+def _written(write_stream: Any) -> bool:
+    """Whether the transport's writer has taken and written every message sent to it: it waits for
+    the next one, and nobody is sending. (The SDK wraps an anyio memory stream, whose statistics
+    say so; without them, a quiet moment is all there is to go by.)"""
+    inner = getattr(write_stream, "_inner", write_stream)
+    statistics = getattr(inner, "statistics", None)
+    if statistics is None:
+        return True
+    stats = statistics()
+    return bool(stats.tasks_waiting_receive) and not stats.current_buffer_used and not stats.tasks_waiting_send
+
+
+async def exit_on_sigterm(write_stream: Any, close: Callable[[], None]) -> None:
+    """Run beside the stdio server: on SIGTERM, let the answers out, `close`, and exit 0."""
+    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+        async for _ in signals:
+            break
+    while not calls_in_flight.idle():  # a call in a worker thread answers first, however long it takes
+        await anyio.sleep(_POLL_SECONDS)
+    with anyio.move_on_after(STOP_GRACE_SECONDS):
+        quiet = 0
+        while quiet < _QUIET_POLLS:
+            await anyio.sleep(_POLL_SECONDS)
+            quiet = quiet + 1 if calls_in_flight.idle() and _written(write_stream) else 0
+    try:
+        close()
+    finally:
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(0)

@@ -1,0 +1,129 @@
+"""SIGTERM ends a stdio server (issue 10, item 6): the call in flight answers, then the server exits
+0 within a second, although its client keeps stdin open, and nothing in its log is a traceback.
+
+The server is driven by hand over JSON-RPC lines (the SDK's client closes stdin when it is done,
+which would hide the bug). The call in flight is made slow by a `sitecustomize.py` in the server
+process that holds each call for a moment and marks when it began.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import mcp_types
+import pytest
+
+from conftest import CCWEB_INDEX, Corpus, session
+from faults import clean_env
+
+HOLD_SECONDS = 0.5
+SLOW_CALLS = f"""
+import time
+from pathlib import Path
+from ccweb_index.server import service
+
+_call = service.Service.call
+
+def slow_call(self, *args, **kwargs):
+    Path({{marker!r}}).touch()
+    time.sleep({HOLD_SECONDS})
+    return _call(self, *args, **kwargs)
+
+service.Service.call = slow_call
+"""
+
+
+class Server:
+    def __init__(self, tmp_path: Path, corpus: Corpus, args: tuple[str, ...]) -> None:
+        self.marker = tmp_path / "call-began"
+        hooks = tmp_path / "hooks"
+        hooks.mkdir()
+        (hooks / "sitecustomize.py").write_text(SLOW_CALLS.format(marker=str(self.marker)))
+        self.log = tmp_path / "server.log"
+        command = [CCWEB_INDEX, "serve", "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "i.sqlite"), *args]
+        with open(self.log, "w") as errlog:
+            self.proc = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog,
+                env=clean_env(PYTHONPATH=str(hooks)),
+            )  # fmt: skip
+        self._ids = iter(range(1, 1000))
+
+    def send(self, method: str, params: dict[str, Any], *, request: bool = True) -> int | None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+        request_id = next(self._ids) if request else None
+        if request_id is not None:
+            message["id"] = request_id
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+        return request_id
+
+    def receive(self, timeout: float = 30) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        assert ready, "no answer"
+        line = self.proc.stdout.readline()
+        assert line, f"the server closed stdout: {self.log.read_text()}"
+        return json.loads(line)
+
+    def initialize(self) -> None:
+        self.send("initialize", {"protocolVersion": mcp_types.LATEST_PROTOCOL_VERSION, "capabilities": {},
+                                 "clientInfo": {"name": "test", "version": "0"}})  # fmt: skip
+        assert "result" in self.receive()
+        self.send("notifications/initialized", {}, request=False)
+
+    def exit_code_within(self, seconds: float) -> int | None:
+        try:
+            return self.proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(params=[(), ("--no-watch",)], ids=["watcher", "no-watcher"])
+def server(request: pytest.FixtureRequest, tmp_path: Path, corpus: Corpus) -> Any:
+    corpus.write("w1", session("hello"))
+    srv = Server(tmp_path, corpus, request.param)
+    yield srv
+    srv.kill()
+    assert srv.proc.stdin is not None
+    srv.proc.stdin.close()
+
+
+def test_the_call_in_flight_answers_then_the_server_exits(server: Server) -> None:
+    server.initialize()
+    call = {"name": "ccweb_list_user_inputs", "arguments": {"conversationId": "w1"}}
+    request_id = server.send("tools/call", call)
+    deadline = time.monotonic() + 30
+    while not server.marker.exists():
+        assert time.monotonic() < deadline, "the call never began"
+        time.sleep(0.01)
+    os.kill(server.proc.pid, signal.SIGTERM)  # while the call is held
+    answer = server.receive()
+    assert answer["id"] == request_id and not answer["result"].get("isError"), answer
+    assert json.loads(answer["result"]["content"][0]["text"])["inputs"][0]["content"] == "hello"
+    answered = time.monotonic()
+    code = server.exit_code_within(1.0)
+    assert code == 0, (code, server.log.read_text())
+    assert time.monotonic() - answered < 1.0
+    assert "Traceback" not in server.log.read_text(), server.log.read_text()
+
+
+def test_an_idle_server_exits_on_sigterm_with_stdin_open(server: Server) -> None:
+    server.initialize()
+    server.send("tools/list", {})
+    assert "tools" in server.receive()["result"]
+    os.kill(server.proc.pid, signal.SIGTERM)
+    assert server.exit_code_within(1.0) == 0, server.log.read_text()
+    assert "Traceback" not in server.log.read_text()

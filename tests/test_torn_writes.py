@@ -1,0 +1,131 @@
+"""Torn writes (issue 10, item 5): a file that had a good version, changed recently and does not
+parse now is read again for at most TORN_WRITE_RETRY_SECONDS per pass before its last good version
+stands in, so a write in flight that completes within the bound is answered, not a version the
+file left long ago. Time is injected (a fake clock that the retry pauses advance), so the bound is
+shown exactly and the test does not depend on the machine's speed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ccweb_index.indexer import refresh
+from ccweb_index.indexer.torn import TORN_WRITE_PAUSE_SECONDS, TORN_WRITE_RETRY_SECONDS, TornWrites
+from ccweb_index.server.service import Service
+
+from conftest import Corpus, session
+
+TORN = b'{"title": "t", "messages": [{"role": "user", "content": "half'
+
+
+class FakeTime:
+    """The retry's clock and sleep: sleeping advances the clock and runs `on_sleep`."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.pauses = 0
+        self.on_sleep: Callable[[int], None] = lambda pauses: None
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.pauses += 1
+        self.on_sleep(self.pauses)
+
+
+@pytest.fixture
+def fake_time(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
+    fake = FakeTime()
+
+    class WithFakeTime(TornWrites):
+        def __init__(self, sessions_dir: str, max_bytes: int, **_: Any) -> None:
+            super().__init__(sessions_dir, max_bytes, clock=fake.clock, sleep=fake.sleep)
+
+    # raising=False: the code before the retry existed had no TornWrites, and must fail the tests,
+    # not their set-up.
+    monkeypatch.setattr(refresh, "TornWrites", WithFakeTime, raising=False)
+    return fake
+
+
+def inputs(svc: Service, conversation_id: str) -> list[str]:
+    result = svc.call("ccweb_list_user_inputs", {"conversationId": conversation_id}, None)
+    assert not result.is_error, result.payload
+    return [item["content"] for item in result.payload["inputs"]]
+
+
+@pytest.fixture
+def svc(corpus: Corpus, db_path: Path) -> Any:
+    corpus.write("w1", session("version 1"))
+    service = Service(corpus.path, db_path)
+    service.start()
+    assert inputs(service, "w1") == ["version 1"]
+    yield service
+    service.close()
+
+
+def test_a_write_that_completes_within_the_bound_is_answered(svc: Service, corpus: Corpus, fake_time: FakeTime) -> None:
+    corpus.write("w1", TORN)  # the writer has truncated the file and written half of version 2
+
+    def writer_finishes(pauses: int) -> None:
+        if pauses == 3:
+            corpus.write("w1", session("version 2"))
+
+    fake_time.on_sleep = writer_finishes
+    assert inputs(svc, "w1") == ["version 2"]
+    assert fake_time.pauses == 3
+
+
+def test_a_write_that_does_not_complete_is_waited_for_no_longer_than_the_bound(
+    svc: Service, corpus: Corpus, fake_time: FakeTime, caplog: pytest.LogCaptureFixture
+) -> None:
+    corpus.write("w1", TORN)
+    started = fake_time.now
+    assert inputs(svc, "w1") == ["version 1"]  # the last good version stands in
+    assert fake_time.now - started == pytest.approx(TORN_WRITE_RETRY_SECONDS)
+    assert fake_time.pauses == round(TORN_WRITE_RETRY_SECONDS / TORN_WRITE_PAUSE_SECONDS)
+    assert "session w1 is unreadable: invalid JSON" in caplog.text
+    assert "its last good version stands in" in caplog.text
+
+
+def test_the_bound_is_per_pass_not_per_file(corpus: Corpus, db_path: Path, fake_time: FakeTime) -> None:
+    for n in range(5):
+        corpus.write(f"w{n}", session(f"good {n}", updated="2026-11-01T00:00:00Z"))
+    svc = Service(corpus.path, db_path)
+    svc.start()
+    try:
+        for n in range(5):
+            corpus.write(f"w{n}", TORN)
+        started = fake_time.now
+        result = svc.call("ccweb_list_conversations", {}, None)
+        assert [row["conversationId"] for row in result.payload["conversations"]] == [f"w{n}" for n in range(5)]
+        assert fake_time.now - started == pytest.approx(TORN_WRITE_RETRY_SECONDS)
+    finally:
+        svc.close()
+
+
+def test_a_file_that_never_parsed_is_not_waited_for(corpus: Corpus, db_path: Path, fake_time: FakeTime) -> None:
+    """A hostile file has no good version to protect: no retries, no delay."""
+    corpus.write("bad", TORN)
+    svc = Service(corpus.path, db_path)
+    svc.start()
+    try:
+        corpus.write("bad", TORN + b"x")
+        result = svc.call("ccweb_list_user_inputs", {"conversationId": "bad"}, None)
+        assert result.payload["error"]["code"] == "conversation_unreadable"
+        assert fake_time.pauses == 0
+    finally:
+        svc.close()
+
+
+def test_the_log_says_which_version_answered(svc: Service, corpus: Corpus, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "ccweb_index")
+    corpus.write("w1", TORN)
+    assert inputs(svc, "w1") == ["version 1"]
+    assert "session w1 is unreadable: invalid JSON: Input data was truncated; its last good version stands in" in caplog.text
