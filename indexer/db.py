@@ -222,7 +222,7 @@ def _migrate_and_claim(conn: sqlite3.Connection, sessions_dir: str) -> None:
         conn.execute("INSERT INTO meta (key, value) VALUES ('sessions_dir', ?)", (claimed,))
     elif (row[0] if isinstance(row[0], bytes) else os.fsencode(row[0])) != claimed:
         raise IndexMismatch(
-            f"the index belongs to the sessions directory {row[0]!r}, not {sessions_dir!r}; "
+            f"the index belongs to the sessions directory {os.fsdecode(row[0])!r}, not {sessions_dir!r}; "
             "pass another --db, or delete this index file to rebuild it"
         )
     _check_stored_chars(conn)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -95,10 +96,10 @@ class LazyService:
         assert self._service is not None
         return self._service.call(name, arguments, source)
 
-    def close(self) -> None:
-        # Not waiting for an opening still under way (a first index of a large directory): stopping
-        # must not wait on it, and SQLite rolls back what it leaves unfinished (the index is a cache).
-        if self._opened.is_set() and self._service is not None:
+    def close(self, *, wait: bool = True) -> None:
+        """`wait=False` (SIGTERM): do not wait for an opening still under way (a first index of a
+        large directory); SQLite rolls back what it leaves unfinished, and the index is a cache."""
+        if (self._opened.wait() if wait else self._opened.is_set()) and self._service is not None:
             self._service.close()
 
 
@@ -139,7 +140,8 @@ async def serve_stdio(service: Service | LazyService, source: str | None) -> Non
     """Serve one client over stdin/stdout until it closes them, or until a `LazyService` fails to open."""
     server = build_server(service, lambda ctx: source, in_thread=False)
     async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as tasks:
-        tasks.start_soon(exit_on_sigterm, write_stream, service.close)  # server.stop: why it exits so
+        close = functools.partial(service.close, wait=False) if isinstance(service, LazyService) else service.close
+        tasks.start_soon(exit_on_sigterm, write_stream, close)  # server.stop: why it exits so
         if isinstance(service, LazyService):
             tasks.start_soon(_stop_unless_opened, service, tasks.cancel_scope)
         await server.run(read_stream, write_stream, server.create_initialization_options())
