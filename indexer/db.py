@@ -29,6 +29,7 @@ from pathlib import Path
 import platformdirs
 from sqlite_utils import Database
 
+from ccweb_index.indexer.tuning import BUSY_TIMEOUT_ENV, milliseconds_from_env
 from ccweb_index.migrations import migrations
 
 log = logging.getLogger("ccweb_index")
@@ -36,7 +37,8 @@ log = logging.getLogger("ccweb_index")
 # How long a statement waits for another connection's write lock before giving up. A call that
 # gives up answers from the session files (server.service), so this bounds how long a lock held
 # elsewhere can delay an answer; our own write transactions are short (at most 200 files).
-BUSY_TIMEOUT_MS = 5_000
+# CCWEB_INDEX_BUSY_TIMEOUT_MS overrides it (tests use a short one).
+BUSY_TIMEOUT_MS = milliseconds_from_env(BUSY_TIMEOUT_ENV, 5_000)
 # How long opening waits for another process that is creating, migrating or rebuilding the index.
 OPEN_LOCK_TIMEOUT_SECONDS = 10.0
 _SIDE_FILES = ("-wal", "-shm")

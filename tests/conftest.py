@@ -11,12 +11,14 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 from anyio.from_thread import BlockingPortal, start_blocking_portal
+from click.testing import CliRunner
+from hypothesis import HealthCheck, settings
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 def _installed_command() -> str | None:
@@ -129,6 +131,30 @@ def snapshot(directory: Path) -> dict[str, tuple[Any, ...]]:
     st = os.stat(directory)
     result["."] = (st.st_mode, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
     return result
+
+
+# --- the command, in-process -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> CliResult:
+    """`ccweb-index ARGS`, run in this process through click's CliRunner: the same commands without
+    an interpreter start-up each. No CCWEB_ variable of the test run's environment is seen, only
+    those in `env`. An exception the command does not turn into a message fails the test with its
+    traceback (a subprocess would have printed it). Commands that need a process of their own
+    (`serve`, a `build` killed half-way, `watch` until a signal) are started as subprocesses."""
+    from ccweb_index.server.cli import main
+
+    overrides: dict[str, str | None] = {k: None for k in os.environ if k.startswith("CCWEB_")}
+    overrides.update(env or {})
+    result = CliRunner().invoke(main, list(args), env=overrides, catch_exceptions=False)
+    return CliResult(result.exit_code, result.stdout, result.stderr)
 
 
 # --- a real MCP client over stdio, usable from synchronous tests ---------------------------------

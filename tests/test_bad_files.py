@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 import reference
-from conftest import Corpus, session, stdio_client_for
-from faults import OpenWatch, can_mknod_device, cli, permissions_apply, unprivileged_prefix
+from conftest import Corpus, cli, session, stdio_client_for
+from faults import OpenWatch, can_mknod_device, permissions_apply, unprivileged_prefix
 from test_contract import same_answer
 
 from ccweb_index.indexer import files, load

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 import reference
-from conftest import CCWEB_INDEX, Corpus, StdioClient, session, stdio_client_for, wait_until
-from faults import PipeLog, assert_consistent, clean_env, cli, index_content, rlimit_prefix
+from conftest import CCWEB_INDEX, Corpus, StdioClient, cli, session, stdio_client_for, wait_until
+from faults import PipeLog, assert_consistent, clean_env, index_content, rlimit_prefix
 from test_contract import same_answer
 
 from ccweb_index.indexer import db as dbmod
@@ -160,21 +160,32 @@ def test_index_damaged_under_running_servers(tmp_path: Path, how: str) -> None:
     assert fresh_build_content(corpus, db) == fresh_build_content(corpus, tmp_path / "fresh.sqlite")
 
 
-def hold_lock(db: Path, seconds: float, *, exclusive_mode: bool = False) -> subprocess.Popen[str]:
-    """Another process holding the index's write lock (and, in exclusive locking mode, all reads)."""
+def hold_lock(db: Path, *, exclusive_mode: bool = False) -> subprocess.Popen[str]:
+    """Another process holding the index's write lock (and, in exclusive locking mode, all reads)
+    until `release` (no fixed hold time: the test says when it is done)."""
     code = (
-        "import sqlite3, sys, time\n"
+        "import sqlite3, sys\n"
         "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
         + ("c.execute('PRAGMA locking_mode = EXCLUSIVE')\n" if exclusive_mode else "")
         + "c.execute('BEGIN EXCLUSIVE')\n"
         "c.execute(\"INSERT INTO meta (key, value) VALUES ('lock-holder', 1) ON CONFLICT (key) DO NOTHING\")\n"
         "print('locked', flush=True)\n"
-        "time.sleep(float(sys.argv[2]))\n"
+        "sys.stdin.readline()\n"
         "c.execute('ROLLBACK')\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code, str(db), str(seconds)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
     return proc
+
+
+def release(holder: subprocess.Popen[str]) -> None:
+    holder.communicate("\n", timeout=60)
+    assert holder.returncode == 0
+
+
+# A busy timeout far shorter than the default, for servers started under a held lock: each call then
+# gives up on the lock quickly (and answers from the files) instead of waiting BUSY_TIMEOUT_MS.
+SHORT_BUSY_TIMEOUT_MS = 200
 
 
 def test_index_locked_by_another_process(tmp_path: Path) -> None:
@@ -183,10 +194,11 @@ def test_index_locked_by_another_process(tmp_path: Path) -> None:
     corpus = Corpus(tmp_path / "sessions")
     make_corpus(corpus)
     db = tmp_path / "index" / "index.sqlite"
-    with two_servers(corpus, db, tmp_path) as servers:
+    short = {"CCWEB_INDEX_BUSY_TIMEOUT_MS": str(SHORT_BUSY_TIMEOUT_MS)}
+    with two_servers(corpus, db, tmp_path, env=short) as servers:
         for server in servers:
             check(server, corpus)
-        holder = hold_lock(db, dbmod.BUSY_TIMEOUT_MS / 1000 + 2)
+        holder = hold_lock(db)
         try:
             errors: list[BaseException] = []
 
@@ -204,9 +216,9 @@ def test_index_locked_by_another_process(tmp_path: Path) -> None:
             for thread in threads:
                 thread.join(120)
             assert errors == [], errors
-            assert holder.poll() is None, "the lock was released before the calls were done"
+            assert holder.poll() is None, "the lock holder ended before the calls were done"
         finally:
-            holder.wait(60)
+            release(holder)
         change(corpus, 1)
         for server in servers:
             check(server, corpus)
@@ -465,13 +477,13 @@ def test_a_failed_commit_does_not_leave_the_connection_in_a_transaction(tmp_path
 def test_an_index_locked_at_start_is_waited_for_not_discarded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another process holds the index in exclusive locking mode (even reads wait) as a server
     starts: it answers from the files, never deletes the index, and uses it once it is free."""
-    monkeypatch.setattr(dbmod, "BUSY_TIMEOUT_MS", 200)
+    monkeypatch.setattr(dbmod, "BUSY_TIMEOUT_MS", SHORT_BUSY_TIMEOUT_MS)
     corpus = Corpus(tmp_path / "sessions")
     make_corpus(corpus, sessions=2)
     db = tmp_path / "index.sqlite"
     assert cli("build", "--sessions-dir", str(corpus.path), "--db", str(db)).returncode == 0
     inode = db.stat().st_ino
-    holder = hold_lock(db, 3, exclusive_mode=True)
+    holder = hold_lock(db, exclusive_mode=True)
     svc = Service(corpus.path, db)
     try:
         try:
@@ -483,7 +495,7 @@ def test_an_index_locked_at_start_is_waited_for_not_discarded(tmp_path: Path, mo
                 oracle = reference.list_user_inputs if name == INPUTS else reference.list_conversations
                 same_answer((result.payload, result.is_error), oracle(corpus.path, arguments, SOURCE))
         finally:
-            holder.wait(60)
+            release(holder)
         assert db.stat().st_ino == inode, "a locked index was deleted"
         change(corpus, 1)
 

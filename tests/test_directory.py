@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Corpus, session, stdio_client_for, wait_until
-from faults import cli
+from conftest import Corpus, cli, session, stdio_client_for, wait_until
 
 from ccweb_index.indexer.files import dir_identity
 from ccweb_index.indexer.watch import InotifyWatcher, PollingWatcher
