@@ -29,7 +29,9 @@ def _installed_command() -> str | None:
 
 CCWEB_INDEX = _installed_command()
 
-# "ci" keeps the suite fast; HYPOTHESIS_PROFILE=long is the thorough run (thousands of examples).
+# "ci" keeps the suite fast; HYPOTHESIS_PROFILE=long is the thorough run: thousands of examples, and
+# the tests marked `slow` at full size (`HYPOTHESIS_PROFILE=long python -m pytest -m slow --timeout=0`).
+THOROUGH = os.environ.get("HYPOTHESIS_PROFILE", "ci") == "long"
 settings.register_profile(
     "ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
