@@ -14,6 +14,7 @@ log = logging.getLogger("ccweb_index")
 
 BUSY_TIMEOUT_ENV = "CCWEB_INDEX_BUSY_TIMEOUT_MS"
 RACY_WINDOW_ENV = "CCWEB_INDEX_RACY_WINDOW_MS"
+TIMING_SETTINGS = (BUSY_TIMEOUT_ENV, RACY_WINDOW_ENV)
 _MAX_MS = 3_600_000  # an hour: anything longer is surely a mistake
 
 
