@@ -8,6 +8,7 @@ watcher, one without.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
@@ -229,6 +230,51 @@ def test_index_locked_by_another_process(tmp_path: Path) -> None:
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT COUNT(*) FROM sessions WHERE id = 'new1'").fetchone() == (1,), "the index was not used again"
     conn.close()
+
+
+def test_a_call_kept_from_the_index_by_its_own_process_answers_from_the_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another thread of the same process (e.g. a long initial build) holds the index for longer than
+    a call waits for it: the call answers from the files, correctly, and the index is used again."""
+    from ccweb_index.server import service as service_module
+
+    monkeypatch.setattr(service_module, "LOCK_WAIT_SECONDS", 0.2)
+    corpus = Corpus(tmp_path / "sessions")
+    make_corpus(corpus, sessions=2)
+    svc = Service(corpus.path, tmp_path / "index.sqlite")
+    svc.start()
+    try:
+        inside, release = threading.Event(), threading.Event()
+        real = svc.indexer.reconcile
+
+        def long_reconcile(*args: Any, **kwargs: Any) -> Any:
+            inside.set()
+            assert release.wait(30)
+            return real(*args, **kwargs)
+
+        svc.indexer.reconcile = long_reconcile  # type: ignore[method-assign]
+        holder = threading.Thread(target=svc.call, args=(CONVERSATIONS, {}, SOURCE))
+        holder.start()
+        try:
+            assert inside.wait(30)
+            change(corpus, 0)
+            caplog.set_level(logging.DEBUG, logger="ccweb_index")
+            for name, arguments in CALLS:
+                result = svc.call(name, arguments, SOURCE)
+                oracle = reference.list_user_inputs if name == INPUTS else reference.list_conversations
+                same_answer((result.payload, result.is_error), oracle(corpus.path, arguments, SOURCE))
+        finally:
+            release.set()
+            holder.join(30)
+        svc.indexer.reconcile = real  # type: ignore[method-assign]
+        assert svc.index is not None, "the index was given up for a lock held by the process itself"
+        change(corpus, 1)
+        result = svc.call(CONVERSATIONS, {}, SOURCE)
+        same_answer((result.payload, result.is_error), reference.list_conversations(corpus.path, {}, SOURCE))
+    finally:
+        svc.close()
+    assert "Traceback" not in caplog.text
 
 
 def _server_pid(db: Path) -> int:
