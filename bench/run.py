@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-
 from ccweb_index.indexer.files import RACY_WINDOW_NS
 
 from bench import report

@@ -13,8 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from ccweb_index.indexer.tuning import RACY_WINDOW_ENV
 
 REPO = Path(__file__).resolve().parent.parent

@@ -7,9 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Corpus, cli, session
-
 from ccweb_index.indexer import files
+from conftest import Corpus, cli, session
 
 
 def test_build_is_incremental_and_prints_a_summary(corpus: Corpus, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
