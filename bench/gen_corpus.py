@@ -1,6 +1,6 @@
 """Deterministic corpus generator for the ccweb-index benchmark (issue 4).
 
-    python -m bench.gen_corpus --sessions N --seed S --out DIR [--scale-bytes F]
+    python -m bench.gen_corpus --sessions N --seed S --out DIR [--scale-bytes F] [--profile short|long]
 
 Writes N cc-web session files ``DIR/<id>.json`` with realistic shapes and prints a
 JSON summary on stdout.  Same arguments -> byte-identical files: everything is drawn
@@ -23,6 +23,10 @@ Shapes (issue 4, "The benchmark"):
   ``createdFrom`` after the big ``messages`` array.
 
 ``--scale-bytes F`` multiplies all sizes (0.01 for smoke tests / 100,000 small sessions).
+
+``--profile long`` (issue 12) keeps the plan (ids, agents, sources) and writes sessions where people
+paste long inputs instead: see ``bench/corpus_long.py``. The summary's ``inputs`` gives the user
+inputs' length distribution in code points, for either profile.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ BIG_SESSION_BYTES = 20_000_000
 MEDIAN_MESSAGE_BYTES = 2_500
 PER_MESSAGE_OVERHEAD = 220  # approximate JSON bytes around a message body
 HOT_CHILDREN = 500
+PROFILES = ("short", "long")
 
 _EPOCH = _dt.datetime(1970, 1, 1)
 _T0_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -144,7 +149,7 @@ class _Text:
 # --------------------------------------------------------------------------- helpers
 
 def _uuid(rng: random.Random) -> str:
-    h = "%032x" % rng.getrandbits(128)
+    h = f"{rng.getrandbits(128):032x}"
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
 
 
@@ -247,7 +252,7 @@ def _plan(n: int, seed: int, scale: float) -> tuple[list[_Plan], dict]:
         return out
 
     def mcp(src: str) -> dict:
-        return {"kind": "mcp", "sourceSessionId": src, "toolUseId": "toolu_" + "%024x" % rng.getrandbits(96)}
+        return {"kind": "mcp", "sourceSessionId": src, "toolUseId": "toolu_" + f"{rng.getrandbits(96):024x}"}
 
     def branch(src: str) -> dict:
         return {"kind": "branch", "sourceSessionId": src, "fromMessageIndex": rng.randrange(0, 40)}
@@ -293,6 +298,44 @@ _FORM_OPTIONS = (("是", "否"), ("staging", "production"), ("方案 A：增量�
                  ("今天", "明天", "下周"), ("Yes", "No, later"), ("保留", "删除", "归档"))
 
 
+def session_document(rng: random.Random, plan: _Plan, text: _Text, msgs: list[dict], created_ms: int, t_ms: int) -> bytes:
+    """The session file around its messages: title, agent, status, times, createdFrom.
+
+    Key order varies: createdFrom/updatedAt sometimes come after the big ``messages`` array.
+    """
+    codex = plan.agent == "codex"
+    head: dict = {}
+    if rng.random() < 0.97:
+        head["title"] = text.chars(rng, rng.randint(4, 28)).strip().replace("\n", " ") or "新会话"
+    if plan.agent is not None:
+        head["agent"] = plan.agent
+    r = rng.random()
+    status = None
+    if r < 0.15:
+        status = rng.choice(_STATUSES)
+    elif r < 0.17:
+        status = "   "  # blank -> derived
+    meta: dict = {}
+    if status is not None:
+        meta["status"] = status
+    if rng.random() < 0.98:
+        meta["createdAt"] = _session_time(rng, created_ms)
+    if rng.random() < 0.95:
+        meta["updatedAt"] = _session_time(rng, t_ms + rng.randrange(0, 5_000))
+    if plan.created_from is not None:
+        meta["createdFrom"] = plan.created_from
+    extra_meta = {"cwd": "/home/dev/" + rng.choice(("billing", "web", "infra", "notes", "ccweb")),
+                  "model": "gpt-5-codex" if codex else rng.choice(("claude-opus-4", "claude-sonnet-4"))}
+    if rng.random() < 0.15:
+        doc = {**head, **extra_meta, "messages": msgs, **meta}
+    else:
+        doc = {**head, **meta, **extra_meta, "messages": msgs}
+    data = _encoder.encode(doc)
+    if len(data) < 200_000 and rng.random() < 0.05:
+        data = msgspec.json.format(data, indent=2)
+    return data
+
+
 class _Gen:
     def __init__(self, text: _Text, code: _Text, scale: float):
         self.text = text
@@ -322,10 +365,10 @@ class _Gen:
                 fields.append({"id": f"q{j + 1}", "label": label, "type": "text"})
                 ans = self.text.chars(rng, rng.randint(4, 60)).strip() or "无"
                 lines.append(f"问题{j + 1}：{label}\n回答：{ans}")
-        prompt = {"id": "form_" + "%016x" % rng.getrandbits(64), "title": title, "fields": fields}
+        prompt = {"id": "form_" + f"{rng.getrandbits(64):016x}", "title": title, "fields": fields}
         return prompt, "\n\n".join(lines)
 
-    def session(self, plan: _Plan, seed: int) -> tuple[bytes, int]:
+    def session(self, plan: _Plan, seed: int) -> tuple[bytes, list[int]]:
         rng = random.Random(f"ccweb-bench-session:{seed}:{plan.sid}")
         target = max(600, plan.target)
         codex = plan.agent == "codex"
@@ -404,13 +447,13 @@ class _Gen:
                 m = {"id": mid, "role": "assistant", "content": [{"type": "text", "text": t}],
                      "ccwebPrompt": extra}
             elif kind == "tool_use":
-                pending_tool = "toolu_" + "%024x" % rng.getrandbits(96)
+                pending_tool = "toolu_" + f"{rng.getrandbits(96):024x}"
                 name = rng.choice(_TOOLS)
                 b = budget[i]
                 if name == "Bash":
                     inp = {"command": self.code.bytes_(rng, b), "description": text.chars(rng, 12)}
                 elif name in ("Edit", "Write"):
-                    inp = {"file_path": "/home/dev/project/src/" + "%08x" % rng.getrandbits(32) + ".py",
+                    inp = {"file_path": "/home/dev/project/src/" + f"{rng.getrandbits(32):08x}" + ".py",
                            "content": self.code.bytes_(rng, b)}
                 else:
                     inp = {"query": text.bytes_(rng, b)}
@@ -431,59 +474,58 @@ class _Gen:
             m[ts_key] = _iso(t_ms)
             msgs.append(m)
 
-        # 4. top level (key order varies: createdFrom/updatedAt sometimes after messages)
-        head: dict = {}
-        if rng.random() < 0.97:
-            head["title"] = text.chars(rng, rng.randint(4, 28)).strip().replace("\n", " ") or "新会话"
-        if plan.agent is not None:
-            head["agent"] = plan.agent
-        r = rng.random()
-        status = None
-        if r < 0.15:
-            status = rng.choice(_STATUSES)
-        elif r < 0.17:
-            status = "   "  # blank -> derived
-        meta: dict = {}
-        if status is not None:
-            meta["status"] = status
-        if rng.random() < 0.98:
-            meta["createdAt"] = _session_time(rng, created_ms)
-        if rng.random() < 0.95:
-            meta["updatedAt"] = _session_time(rng, t_ms + rng.randrange(0, 5_000))
-        if plan.created_from is not None:
-            meta["createdFrom"] = plan.created_from
-        extra_meta = {"cwd": "/home/dev/" + rng.choice(("billing", "web", "infra", "notes", "ccweb")),
-                      "model": "gpt-5-codex" if codex else rng.choice(("claude-opus-4", "claude-sonnet-4"))}
-        if rng.random() < 0.15:
-            doc = {**head, **extra_meta, "messages": msgs, **meta}
-        else:
-            doc = {**head, **meta, **extra_meta, "messages": msgs}
-        data = _encoder.encode(doc)
-        if len(data) < 200_000 and rng.random() < 0.05:
-            data = msgspec.json.format(data, indent=2)
-        n_inputs = len(user_texts) + sum(1 for k, _ in kinds if k == "submit")
-        return data, n_inputs
+        # 4. top level
+        data = session_document(rng, plan, text, msgs, created_ms, t_ms)
+        lengths = [len(t) for t in user_texts.values()] + [len(extra) for k, extra in kinds if k == "submit"]
+        return data, lengths
 
 
 # --------------------------------------------------------------------------- driver
 
-def generate(out_dir, sessions: int, seed: int, scale_bytes: float = 1.0) -> dict:
+def input_distribution(lengths: list[int]) -> dict:
+    """What the user inputs look like, in code points: the figures the docs quote."""
+    xs = sorted(lengths)
+    if not xs:
+        return {"count": 0}
+
+    def pct(q: float) -> int:
+        return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+    return {
+        "count": len(xs), "mean": round(sum(xs) / len(xs), 1), "median": pct(0.5), "p90": pct(0.9),
+        "p99": pct(0.99), "max": xs[-1], "over_1000": sum(1 for x in xs if x > 1_000),
+        "over_100000": sum(1 for x in xs if x > 100_000),
+    }  # fmt: skip
+
+
+def generate(out_dir, sessions: int, seed: int, scale_bytes: float = 1.0, profile: str = "short") -> dict:
     """Write ``sessions`` session files into ``out_dir``; return the summary dict."""
     if sessions < 1:
         raise ValueError("sessions must be >= 1")
     if not scale_bytes > 0:
         raise ValueError("scale_bytes must be > 0")
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {', '.join(PROFILES)}")
     out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     plans, info = _plan(sessions, seed, scale_bytes)
     pool, code = _build_pools(seed, scale_bytes)
-    gen = _Gen(_Text(pool), _Text(code), scale_bytes)
+    if profile == "long":
+        from bench.corpus_long import LongGen
+
+        gen = LongGen(_Text(pool), _Text(code), scale_bytes, seed)
+        info["big"] = None  # no planned ~20 MB session: the largest is whatever the inputs made
+    else:
+        gen = _Gen(_Text(pool), _Text(code), scale_bytes)
     total = 0
     largest = (-1, "")
     stats: list[tuple[int, int, str]] = []  # (bytes, user inputs, id)
+    lengths: list[int] = []
     big_bytes = None
     for p in plans:
-        data, n_inputs = gen.session(p, seed)
+        data, input_lengths = gen.session(p, seed)
+        n_inputs = len(input_lengths)
+        lengths += input_lengths
         with open(os.path.join(out_dir, p.sid + ".json"), "wb") as f:
             f.write(data)
         size = len(data)
@@ -512,6 +554,8 @@ def generate(out_dir, sessions: int, seed: int, scale_bytes: float = 1.0) -> dic
         "big20_bytes": big_bytes,
         "seed": seed,
         "scale_bytes": scale_bytes,
+        "profile": profile,
+        "inputs": input_distribution(lengths),
     }
     return summary
 
@@ -522,8 +566,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True, help="directory to write <id>.json files into")
     ap.add_argument("--scale-bytes", type=float, default=1.0, help="multiply all sizes (e.g. 0.01)")
+    ap.add_argument("--profile", choices=PROFILES, default="short",
+                    help="short: issue 4's corpus; long: people paste logs and code (issue 12, bench/corpus_long.py)")
     a = ap.parse_args(argv)
-    summary = generate(a.out, a.sessions, a.seed, a.scale_bytes)
+    summary = generate(a.out, a.sessions, a.seed, a.scale_bytes, a.profile)
     json.dump(summary, sys.stdout)
     sys.stdout.write("\n")
     return 0

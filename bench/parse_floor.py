@@ -2,11 +2,14 @@
 
     python -m bench.parse_floor SESSIONS_DIR [--file ID --repeat 5]
 
-Three passes over the same files, in name order, each timed on its own:
+Passes over the same files, in name order, each timed on its own:
 
 - `read`: open + read every file, nothing else (the I/O part; the page cache is expected warm);
-- `parse_session`: read + `indexer.sessionfile.parse_session`, the decoder the indexer uses (this
-  is "the floor" the build is compared with);
+- `floor` (issue 12): read + check that the whole file is UTF-8 + a msgspec decode into this
+  module's own structs, which skip every message body except user messages' content. It is
+  independent of the product's decoder, so it does not move when the product does: this is the
+  floor the build is compared with;
+- `parse_session`: read + `indexer.sessionfile.parse_session`, the decoder the indexer uses;
 - `skim`: read + a bare msgspec decode of the top-level fields and each message's role and times,
   message bodies skipped and no UTF-8 check of them: the fastest decode of the same facts.
 
@@ -21,7 +24,7 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -34,17 +37,51 @@ class _SkimMessage(msgspec.Struct):
     timestamp: Any = None
 
 
-class _SkimDocument(msgspec.Struct):
+class _FloorMessage(_SkimMessage):
+    content: msgspec.Raw = msgspec.Raw(b"null")  # left undecoded unless the message is the user's
+    id: Any = None
+
+
+M = TypeVar("M")
+
+
+class _Document(msgspec.Struct, Generic[M]):
     title: Any = None
     agent: Any = None
     status: Any = None
     createdAt: Any = None
     updatedAt: Any = None
     createdFrom: Any = None
-    messages: list[_SkimMessage] | None = None
+    messages: list[M] | None = None
 
 
-_skim = msgspec.json.Decoder(_SkimDocument)
+_skim = msgspec.json.Decoder(_Document[_SkimMessage])
+
+
+class _FloorBlock(msgspec.Struct):
+    type: Any = None
+    text: Any = None  # a block's other fields (a tool result's body) are skipped
+
+
+_floor = msgspec.json.Decoder(_Document[_FloorMessage])
+_content = msgspec.json.Decoder(str | list[_FloorBlock] | None)
+_any = msgspec.json.Decoder()
+
+
+def floor_decode(data: bytes) -> int:
+    """The floor's work on one file: UTF-8 check of all of it, then the decode. Returns user messages."""
+    if not data.isascii():  # ASCII is UTF-8; else Python's decoder is the check
+        data.decode("utf-8")
+    doc = _floor.decode(data)
+    users = 0
+    for message in doc.messages or ():
+        if message.role == "user":
+            try:
+                _content.decode(message.content)
+            except msgspec.ValidationError:  # content of another shape: decoded whole
+                _any.decode(message.content)
+            users += 1
+    return users
 
 
 def _read(path: str) -> bytes:
@@ -74,6 +111,19 @@ def parse_pass(paths: list[str]) -> tuple[float, int, int]:
         try:
             parse_session(data)
         except Unreadable:
+            unreadable += 1
+    return time.perf_counter() - started, total, unreadable
+
+
+def floor_pass(paths: list[str]) -> tuple[float, int, int]:
+    started = time.perf_counter()
+    total = unreadable = 0
+    for path in paths:
+        data = _read(path)
+        total += len(data)
+        try:
+            floor_decode(data)
+        except (UnicodeDecodeError, msgspec.DecodeError, msgspec.ValidationError):
             unreadable += 1
     return time.perf_counter() - started, total, unreadable
 
@@ -116,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.only_file:
         paths = session_paths(args.sessions_dir)
         read_s, read_bytes = read_pass(paths)
+        floor_s, _, floor_unreadable = floor_pass(paths)
         parse_s, parse_bytes, unreadable = parse_pass(paths)
         skim_s, _ = skim_pass(paths)
         mb = parse_bytes / 1e6
@@ -125,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
             unreadable=unreadable,
             read_s=read_s,
             read_mb_s=read_bytes / 1e6 / read_s,
+            floor_s=floor_s,
+            floor_mb_s=mb / floor_s,
+            floor_unreadable=floor_unreadable,
             parse_s=parse_s,
             parse_mb_s=mb / parse_s,
             skim_s=skim_s,

@@ -67,7 +67,7 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
 
     b = _get(out, "build_main") or {}
     rows.append(_row(
-        "cold build ≤ 1.0 × one-core parse floor", f"{_f(b.get('seconds'))} s / {_f(b.get('floor_s'))} s = "
+        "cold build ≤ 1.0 × the one-core floor", f"{_f(b.get('seconds'))} s / {_f(b.get('floor_s'))} s = "
         f"{_f(b.get('build_over_floor'))}× ({main_n} sessions)", b.get("build_over_floor"), 1.0, "max", "build_main", out,
     ))  # fmt: skip
     for key, n in (("main", main_n), ("small", small_n)):
@@ -82,7 +82,7 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
 
     r = _get(out, "rebuild_main") or {}
     rows.append(_row(
-        "no-op rebuild ≤ 0.1 × parse floor",
+        "no-op rebuild ≤ 0.1 × the floor",
         f"{_f(r.get('noop_s'), '.3f')} s in-process ({_f(r.get('noop_command_s'), '.3f')} s as the `build` command)",
         r.get("noop_over_floor"), 0.1, "max", "rebuild_main", out,
     ))  # fmt: skip
@@ -142,7 +142,7 @@ CASES = ("children_hot", "children_three", "all_20", "inputs_small", "inputs_lar
 REQUIRED = [
     *(f"build_main.{k}" for k in ("seconds", "mb_s", "peak_rss_mb", "floor_s", "build_over_floor", "build_over_skim",
                                   "index_mb")),
-    *(f"floor_main.{k}" for k in ("parse_s", "parse_mb_s", "read_mb_s", "skim_mb_s", "file.median_s")),
+    *(f"floor_main.{k}" for k in ("floor_s", "parse_s", "parse_mb_s", "read_mb_s", "skim_mb_s", "file.median_s")),
     *(f"rebuild_main.{k}" for k in ("noop_s", "noop_command_s", "noop_over_floor", "changed_s", "changed_command_s",
                                     "changed_parse_s", "changed_over_parse", "changed_refresh_s")),
     *(f"inprocess_main.cases.{c}.{k}" for c in CASES for k in ("p50_ms", "p99_ms")),
@@ -189,12 +189,26 @@ def _status(row: dict[str, Any]) -> str:
     return ("✅ " if row["met"] else "❌ ") + row["verdict"]
 
 
+PROFILES = {
+    "short": "Short inputs (issue 4's corpus)",
+    "long": "Long pasted inputs: logs, stack traces, code, CJK, emoji (issue 12's corpus)",
+}
+
+
 def render(out: dict[str, Any]) -> str:
+    """The whole report: the run and the machine once, then every profile's figures."""
+    lines = _header(out)
+    for profile, profile_out in (out.get("profiles") or {}).items():
+        lines += [f"# {PROFILES.get(profile, profile)}", ""]
+        lines += _body(profile_out)
+    return "\n".join(lines)
+
+
+def _header(out: dict[str, Any]) -> list[str]:
     m = out.get("machine", {})
-    steps = out.get("steps", {})
     lines: list[str] = ["# Benchmarks", ""]
     lines += [
-        f"Measured {out.get('date')} by `bench/run.py` (issue 4) in one run of {_f(out.get('duration_s'), '.0f')} s.",
+        f"Measured {out.get('date')} by `bench/run.py` (issues 4 and 12) in one run of {_f(out.get('duration_s'), '.0f')} s.",
         "",
         "Reproduce from the repository root, in the project's virtualenv:",
         "",
@@ -229,6 +243,13 @@ def render(out: dict[str, Any]) -> str:
     )  # fmt: skip
     lines += [""]
 
+    return lines
+
+
+def _body(out: dict[str, Any]) -> list[str]:
+    """One profile's figures; `out` holds that profile's steps and targets."""
+    steps = out.get("steps", {})
+    lines: list[str] = []
     if out.get("errors"):
         lines += ["## Failed steps", ""]
         for name in out["errors"]:
@@ -245,26 +266,29 @@ def render(out: dict[str, Any]) -> str:
     corpus = {k: steps.get(f"corpus_{k}") or {} for k in ("main", "small")}
     lines += ["## Corpora", ""]
     lines += _table(
-        ["corpus", "sessions", "total", "median file", "largest file", "hot source's children", "reused"],
+        ["corpus", "sessions", "total", "median file", "largest file", "hot source's children",
+         "user inputs: count, median / p90 / p99 / max code points, > 100,000", "reused"],
         [
             [f"`{Path(str(c.get('path', '?'))).name}` (seed {c.get('seed')}, scale {c.get('scale_bytes')})",
              _n(c.get("sessions")), _f((c.get("bytes") or 0) / 1e6, ",.0f", " MB"),
              _f((c.get("median_bytes") or 0) / 1e3, ",.1f", " KB"), _f((c.get("largest_bytes") or 0) / 1e6, ".1f", " MB"),
-             _n(c.get("hot_children")), "yes" if c.get("reused") else "no (generated)"]
+             _n(c.get("hot_children")), _inputs(c.get("inputs")), "yes" if c.get("reused") else "no (generated)"]
             for c in corpus.values() if c and "error" not in c
         ],
     )  # fmt: skip
     lines += [""]
 
     lines += [
-        "## 1. Cold build and the parse floor (7: also at the small-sessions scale)",
+        "## 1. Cold build, the floor and parse_session (7: also at the small-sessions scale)",
         "",
         "Both run warm: every file is read once just before, so the page cache holds the corpus for both. "
         "The build is `ccweb-index build` into a fresh index, timed as a whole process (interpreter start "
-        "included). The floor is `bench/parse_floor.py` in its own process on one thread: read + "
-        "`indexer.sessionfile.parse_session` of every file, no database. *skim* is a bare msgspec decode of "
-        "the same files with message bodies skipped (no UTF-8 check), for reference: the fastest decode of "
-        "the facts the index needs. Peak RSS is the larger of wait4's `ru_maxrss` (largest single process) "
+        "included). The floor is `bench/parse_floor.py` in its own process on one thread, no database: read "
+        "each file, check all of it is UTF-8, decode it with msgspec into the bench's own structs that skip "
+        "every message body but user messages' content (issue 12: independent of the product's decoder). "
+        "*parse_session* is read + `indexer.sessionfile.parse_session`, the product's decoder, the same way. "
+        "*skim* is a bare msgspec decode of the same files with message bodies skipped (no UTF-8 check), for "
+        "reference. Peak RSS is the larger of wait4's `ru_maxrss` (largest single process) "
         "and the sampled sum over the build's process tree (every 20 ms), so parallel workers count.",
         "",
     ]
@@ -276,13 +300,14 @@ def render(out: dict[str, Any]) -> str:
         rows.append([
             _n(corpus[key].get("sessions")), _f(b.get("seconds"), ".2f", " s"), _f(b.get("mb_s"), ".0f"),
             _f(b.get("peak_rss_mb"), ".0f", " MB") + f" ({_n(b.get('processes'))} proc.)",
-            _f(b.get("index_mb"), ",.0f", " MB"), _f(fl.get("parse_s"), ".2f", " s"), _f(fl.get("parse_mb_s"), ".0f"),
-            _f(b.get("build_over_floor"), ".2f", "×"), _f(fl.get("read_mb_s"), ",.0f"), _f(fl.get("skim_mb_s"), ",.0f"),
+            _f(b.get("index_mb"), ",.0f", " MB"), _f(fl.get("floor_s"), ".2f", " s"), _f(fl.get("floor_mb_s"), ".0f"),
+            _f(b.get("build_over_floor"), ".2f", "×"), _f(fl.get("parse_s"), ".2f", " s"), _f(fl.get("read_mb_s"), ",.0f"),
+            _f(fl.get("skim_mb_s"), ",.0f"),
             _f(b.get("build_over_skim"), ".2f", "×"),
         ])  # fmt: skip
     lines += _table(
-        ["sessions", "build", "build MB/s", "build peak RSS", "index size", "floor", "floor MB/s", "build / floor",
-         "read-only MB/s", "skim MB/s", "build / skim"],
+        ["sessions", "build", "build MB/s", "build peak RSS", "index size (db + wal + shm)", "floor", "floor MB/s",
+         "build / floor", "parse_session", "read-only MB/s", "skim MB/s", "build / skim"],
         rows,
     )  # fmt: skip
     lines += [""]
@@ -303,7 +328,7 @@ def render(out: dict[str, Any]) -> str:
             continue
         n = _n(corpus[key].get("sessions"))
         rows.append([f"no-op, {n} sessions", _f(r.get("noop_s"), ".3f", " s"), _f(r.get("noop_command_s"), ".3f", " s"),
-                     _n(r.get("noop_files_read")), f"{_f(r.get('noop_over_floor'), '.3f')}× the parse floor"])  # fmt: skip
+                     _n(r.get("noop_files_read")), f"{_f(r.get('noop_over_floor'), '.3f')}× the floor"])  # fmt: skip
         if "changed_s" in r:
             rows.append([
                 f"one session of {_f((r.get('changed_bytes') or 0) / 1e6, '.1f')} MB changed",
@@ -451,13 +476,20 @@ def render(out: dict[str, Any]) -> str:
             f"{_server_label(k)}: {_f(v.get('rss_mb'), '.0f')} / {_f(v.get('peak_rss_mb'), '.0f')} MB"
             for k, v in servers.items())]  # fmt: skip
     lines += [""]
-    return "\n".join(lines)
+    return lines
 
 
 def _server_label(key: str) -> str:
     if key in ("floor", "canned"):
         return {"floor": "empty tool (floor)", "canned": "canned answers"}[key]
     return "ccweb-index serve" + (f" (source {key.split(':', 1)[1][:8]}…)" if ":" in key else "")
+
+
+def _inputs(dist: Any) -> str:
+    if not isinstance(dist, dict) or not dist.get("count"):
+        return "–"
+    return (f"{dist['count']:,}, {dist['median']:,} / {dist['p90']:,} / {dist['p99']:,} / {dist['max']:,}, "
+            f"{dist.get('over_100000', 0):,}")  # fmt: skip
 
 
 def _yes(value: Any) -> str:

@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from ccweb_index.indexer.files import RACY_WINDOW_NS
 
 from bench import report
 from bench.common import (
@@ -57,6 +56,7 @@ from bench.common import (
     read_all_files,
     run_measured,
 )
+from ccweb_index.indexer.files import RACY_WINDOW_NS
 
 TOOL_INPUTS = "ccweb_list_user_inputs"
 TOOL_CONVERSATIONS = "ccweb_list_conversations"
@@ -70,6 +70,7 @@ class Scale:
     key: str  # "main" or "small"
     sessions: int
     scale_bytes: float
+    profile: str = "short"  # bench.gen_corpus.PROFILES
     corpus: Path | None = None
     summary: dict[str, Any] = field(default_factory=dict)
     db: Path | None = None
@@ -110,8 +111,9 @@ class Run:
 # --- the corpus ------------------------------------------------------------------------------------
 
 
-def corpus_name(sessions: int, seed: int, scale_bytes: float) -> str:
-    return f"s{sessions}-seed{seed}-x{scale_bytes:g}"
+def corpus_name(sessions: int, seed: int, scale_bytes: float, profile: str = "short") -> str:
+    prefix = "" if profile == "short" else f"{profile}-"
+    return f"{prefix}s{sessions}-seed{seed}-x{scale_bytes:g}"
 
 
 def _corpus_is_whole(directory: Path, summary: dict[str, Any]) -> bool:
@@ -124,7 +126,9 @@ def _corpus_is_whole(directory: Path, summary: dict[str, Any]) -> bool:
     return files == summary.get("sessions") and total == summary.get("bytes")
 
 
-def find_corpus(corpus_dir: Path, sessions: int, seed: int, scale_bytes: float) -> tuple[Path, dict[str, Any]] | None:
+def find_corpus(
+    corpus_dir: Path, sessions: int, seed: int, scale_bytes: float, profile: str = "short"
+) -> tuple[Path, dict[str, Any]] | None:
     if not corpus_dir.is_dir():
         return None
     for summary_path in sorted(corpus_dir.glob("*.summary.json")):
@@ -134,8 +138,11 @@ def find_corpus(corpus_dir: Path, sessions: int, seed: int, scale_bytes: float) 
             continue
         if not isinstance(summary, dict):
             continue
-        same = (summary.get("sessions"), summary.get("seed"), float(summary.get("scale_bytes", -1)))
-        if same != (sessions, seed, float(scale_bytes)):
+        same = (
+            summary.get("sessions"), summary.get("seed"), float(summary.get("scale_bytes", -1)),
+            summary.get("profile", "short"),
+        )  # fmt: skip
+        if same != (sessions, seed, float(scale_bytes), profile):
             continue
         directory = summary_path.with_name(summary_path.name[: -len(".summary.json")])
         if directory.is_dir() and _corpus_is_whole(directory, summary):
@@ -149,17 +156,17 @@ def corpus_step(run: Run, scale: Scale) -> dict[str, Any]:
 
     args = run.args
     corpus_dir = Path(args.corpus_dir)
-    found = find_corpus(corpus_dir, scale.sessions, args.seed, scale.scale_bytes)
+    found = find_corpus(corpus_dir, scale.sessions, args.seed, scale.scale_bytes, scale.profile)
     generated_s = None
     if found is not None:
         scale.corpus, scale.summary = found
         progress(f"reusing the corpus {scale.corpus}")
     else:
-        directory = corpus_dir / corpus_name(scale.sessions, args.seed, scale.scale_bytes)
-        progress(f"generating {scale.sessions} sessions (scale {scale.scale_bytes:g}) into {directory}")
+        directory = corpus_dir / corpus_name(scale.sessions, args.seed, scale.scale_bytes, scale.profile)
+        progress(f"generating {scale.sessions} {scale.profile} sessions (scale {scale.scale_bytes:g}) into {directory}")
         shutil.rmtree(directory, ignore_errors=True)
         started = time.perf_counter()
-        summary = generate(directory, scale.sessions, args.seed, scale.scale_bytes)
+        summary = generate(directory, scale.sessions, args.seed, scale.scale_bytes, scale.profile)
         generated_s = time.perf_counter() - started
         # The summary is written last: a corpus without one is never reused.
         Path(f"{directory}.summary.json").write_text(json.dumps(summary) + "\n")
@@ -185,7 +192,7 @@ def changed_session(scale: Scale) -> str:
 
 
 def floor_step(run: Run, scale: Scale) -> dict[str, Any]:
-    """Read + parse_session of every file on one thread, no database (a child process, like the build)."""
+    """The floor and parse_session over every file on one thread, no database (a child process, like the build)."""
     extra = ["--file", changed_session(scale)] if scale.key == "main" else []
     measured = run_measured(python_module("bench.parse_floor", str(scale.corpus), *extra), env=clean_env(), cwd=REPO)
     result = measured.check("bench.parse_floor").json_stdout()
@@ -195,7 +202,7 @@ def floor_step(run: Run, scale: Scale) -> dict[str, Any]:
 
 
 def _index_mb(db: Path) -> float:
-    return sum(os.path.getsize(p) for p in (f"{db}{s}" for s in ("", "-wal")) if os.path.exists(p)) / 1e6
+    return sum(os.path.getsize(p) for p in (f"{db}{s}" for s in ("", "-wal", "-shm")) if os.path.exists(p)) / 1e6
 
 
 def _build(scale: Scale) -> Any:
@@ -242,8 +249,10 @@ def build_step(run: Run, scale: Scale) -> dict[str, Any]:
     }
     try:
         floor = run.result(f"floor_{scale.key}")
-        result["floor_s"] = floor["parse_s"]
-        result["build_over_floor"] = measured.seconds / floor["parse_s"]
+        result["floor_s"] = floor["floor_s"]
+        result["build_over_floor"] = measured.seconds / floor["floor_s"]
+        result["parse_s"] = floor["parse_s"]
+        result["build_over_parse"] = measured.seconds / floor["parse_s"]
         result["build_over_skim"] = measured.seconds / floor["skim_s"]
     except RuntimeError:
         pass
@@ -305,8 +314,8 @@ def rebuild_step(run: Run, scale: Scale) -> dict[str, Any]:
     }
     try:
         floor = run.result(f"floor_{scale.key}")
-        result["noop_over_floor"] = noop_s / floor["parse_s"]
-        result["noop_command_over_floor"] = noop.seconds / floor["parse_s"]
+        result["noop_over_floor"] = noop_s / floor["floor_s"]
+        result["noop_command_over_floor"] = noop.seconds / floor["floor_s"]
     except RuntimeError:
         pass
     if scale.key != "main":
@@ -562,7 +571,7 @@ def reproduce_command(args: argparse.Namespace) -> str:
         "--sessions", str(args.sessions), "--small-sessions", str(args.small_sessions),
         "--scale-bytes", f"{args.scale_bytes:g}", "--small-scale-bytes", f"{args.small_scale_bytes:g}",
         "--seed", str(args.seed), "--calls", str(args.calls), "--rescan-calls", str(args.rescan_calls),
-        "--lag-writes", str(args.lag_writes), "--corpus-dir", str(args.corpus_dir),
+        "--lag-writes", str(args.lag_writes), "--corpus-dir", str(args.corpus_dir), "--profile", args.profile,
     ]  # fmt: skip
     return shlex.join(parts)
 
@@ -578,6 +587,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--scale-bytes", type=float, help="main corpus size factor (default 1.0; quick 0.05)")
     ap.add_argument("--small-scale-bytes", type=float, default=0.01, help="small corpus size factor (default 0.01)")
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument(
+        "--profile", choices=("short", "long", "both"), default="both",
+        help="corpus profile: short inputs (issue 4), long pasted inputs (issue 12), or both (default)",
+    )  # fmt: skip
     ap.add_argument("--calls", type=int, help="timed calls per tool case (default 1000; quick 60)")
     ap.add_argument("--round", type=int, default=50, help="calls per case per round when interleaving cases")
     ap.add_argument("--rescan-calls", type=int, default=3)
@@ -608,6 +621,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def run_profile(run: Run) -> None:
+    """Every measurement of one corpus profile, at both scales."""
+    run.work.mkdir(parents=True, exist_ok=True)
+    main_scale, small = run.scales["main"], run.scales["small"]
+    run.step("corpus_main", lambda: corpus_step(run, main_scale))
+    if main_scale.corpus is not None:
+        run.step("warm_main", lambda: warm_step(main_scale))
+        run.step("floor_main", lambda: floor_step(run, main_scale))
+        run.step("build_main", lambda: build_step(run, main_scale))
+        run.step("rebuild_main", lambda: rebuild_step(run, main_scale))
+        run.step("inprocess_main", lambda: inprocess_step(run, main_scale))
+        run.step("stdio_main", lambda: stdio_step(run, main_scale))
+        run.step("rescan_main", lambda: rescan_step(run, main_scale))
+        run.step("watcher_main", lambda: watcher_lag_step(run, main_scale))
+    if "small" not in run.args.skip:
+        run.step("corpus_small", lambda: corpus_step(run, small))
+        if small.corpus is not None:
+            run.step("warm_small", lambda: warm_step(small))
+            run.step("floor_small", lambda: floor_step(run, small))
+            run.step("build_small", lambda: build_step(run, small))
+            run.step("rebuild_small", lambda: rebuild_step(run, small))
+            run.step("inprocess_small", lambda: inprocess_step(run, small))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     Path(args.corpus_dir).mkdir(parents=True, exist_ok=True)
@@ -616,7 +653,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     started = _dt.datetime.now(_dt.UTC)
     out: dict[str, Any] = {
-        "bench": "ccweb-index issue 4",
+        "bench": "ccweb-index issues 4 and 12",
         "date": started.isoformat(timespec="seconds"),
         "command": reproduce_command(args),
         "argv": sys.argv[1:] if argv is None else argv,
@@ -624,46 +661,32 @@ def main(argv: list[str] | None = None) -> int:
         "git": {**_git(), "product_digest_at_start": product_digest()},
         "config": {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()},
         "timing_settings": {name: os.environ[name] for name in TIMING_SETTINGS if name in os.environ},
-        "steps": {},
+        "profiles": {},  # per corpus profile: steps, errors, targets, missing_figures
         "errors": {},
     }
-    scales = {
-        "main": Scale("main", args.sessions, args.scale_bytes),
-        "small": Scale("small", args.small_sessions, args.small_scale_bytes),
-    }
-    run = Run(args, work, out, scales)
     progress(f"work directory {work}; results to {args.out_dir}")
+    profiles = ("short", "long") if args.profile == "both" else (args.profile,)
     try:
-        main_scale = scales["main"]
-        run.step("corpus_main", lambda: corpus_step(run, main_scale))
-        if main_scale.corpus is not None:
-            run.step("warm_main", lambda: warm_step(main_scale))
-            run.step("floor_main", lambda: floor_step(run, main_scale))
-            run.step("build_main", lambda: build_step(run, main_scale))
-            run.step("rebuild_main", lambda: rebuild_step(run, main_scale))
-            run.step("inprocess_main", lambda: inprocess_step(run, main_scale))
-            run.step("stdio_main", lambda: stdio_step(run, main_scale))
-            run.step("rescan_main", lambda: rescan_step(run, main_scale))
-            run.step("watcher_main", lambda: watcher_lag_step(run, main_scale))
-        small = scales["small"]
-        if "small" not in args.skip:
-            run.step("corpus_small", lambda: corpus_step(run, small))
-            if small.corpus is not None:
-                run.step("warm_small", lambda: warm_step(small))
-                run.step("floor_small", lambda: floor_step(run, small))
-                run.step("build_small", lambda: build_step(run, small))
-                run.step("rebuild_small", lambda: rebuild_step(run, small))
-                run.step("inprocess_small", lambda: inprocess_step(run, small))
+        for profile in profiles:
+            progress(f"--- profile {profile}")
+            scales = {
+                "main": Scale("main", args.sessions, args.scale_bytes, profile),
+                "small": Scale("small", args.small_sessions, args.small_scale_bytes, profile),
+            }
+            profile_out: dict[str, Any] = out["profiles"].setdefault(profile, {"steps": {}, "errors": {}})
+            run_profile(Run(args, work / profile, profile_out, scales))
     finally:
         out["machine"]["load_avg_at_end"] = list(os.getloadavg())
         out["git"]["product_digest_at_end"] = product_digest()
         if out["git"]["product_digest_at_end"] != out["git"]["product_digest_at_start"]:
             progress("warning: the product's source changed during the run")
         out["duration_s"] = (_dt.datetime.now(_dt.UTC) - started).total_seconds()
-        out["targets"] = report.targets(out)
-        out["missing_figures"] = report.missing_figures(out)
-        for line in out["missing_figures"]:
-            progress(f"missing: {line}")
+        for profile, profile_out in out["profiles"].items():
+            profile_out["targets"] = report.targets(profile_out)
+            profile_out["missing_figures"] = report.missing_figures(profile_out)
+            for line in profile_out["missing_figures"]:
+                progress(f"missing ({profile}): {line}")
+            out["errors"].update({f"{profile}/{k}": v for k, v in profile_out["errors"].items()})
         out_dir = Path(args.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "benchmarks.json").write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n")

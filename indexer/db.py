@@ -3,7 +3,7 @@
 The index is a cache of the session files. A database that is damaged (not a database, corrupt,
 missing its tables) is deleted and rebuilt from the files rather than repaired. One that merely
 cannot be used right now (locked by another process, the disk full, the directory not writable) is
-left alone: the caller answers from the files meanwhile (see server.service).
+left alone: the caller answers from the files meanwhile (see indexer.handle).
 
 A running process also notices when the files of its index are deleted, replaced, truncated, or
 lose their `-wal` / `-shm` companions under it (`Index.problem`), and then replaces the index. Closing
@@ -20,7 +20,6 @@ import fcntl
 import hashlib
 import logging
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -29,6 +28,9 @@ from pathlib import Path
 import platformdirs
 from sqlite_utils import Database
 
+from ccweb_index.indexer.errors import IndexBroken, IndexMismatch, IndexUnavailable, translate
+from ccweb_index.indexer.private import make_private_dir, open_private, prepare_database, refuse_inside_sessions
+from ccweb_index.indexer.stored import STORED_CHARS_KEY, STORED_INPUT_CHARS
 from ccweb_index.indexer.tuning import BUSY_TIMEOUT_ENV, milliseconds_from_env
 from ccweb_index.migrations import migrations
 
@@ -36,114 +38,52 @@ log = logging.getLogger("ccweb_index")
 
 # How long a statement waits for another connection's write lock before giving up. A call that
 # gives up answers from the session files (server.service), so this bounds how long a lock held
-# elsewhere can delay an answer; our own write transactions are short (at most 200 files).
+# elsewhere can delay an answer; our own write transactions are short (indexer.refresh bounds them
+# by _BATCH_FILES and _BATCH_BYTES).
 # CCWEB_INDEX_BUSY_TIMEOUT_MS overrides it (tests use a short one).
 BUSY_TIMEOUT_MS = milliseconds_from_env(BUSY_TIMEOUT_ENV, 5_000)
 # How long opening waits for another process that is creating, migrating or rebuilding the index.
 OPEN_LOCK_TIMEOUT_SECONDS = 10.0
 _SIDE_FILES = ("-wal", "-shm")
+# The page cache of a connection: large enough that a build's index inserts stay in memory.
+_CACHE_KIB = 32_000
+
+
+def cache_dir() -> Path:
+    return Path(platformdirs.user_cache_dir("ccweb-index"))
 
 
 def default_db_path(sessions_dir: str | os.PathLike[str]) -> Path:
     """One index per sessions directory, keyed by its real path, in the user's cache directory."""
     real = os.path.realpath(sessions_dir)
     key = hashlib.sha256(os.fsencode(real)).hexdigest()[:16]
-    return Path(platformdirs.user_cache_dir("ccweb-index")) / f"{key}.sqlite"
+    return cache_dir() / f"{key}.sqlite"
 
 
 def resolve_db_path(sessions_dir: str | os.PathLike[str], db: str | os.PathLike[str] | None) -> Path:
-    return Path(db) if db else default_db_path(sessions_dir)
+    """The index path; raises IndexInsideSessions if it is inside the (read-only) sessions directory."""
+    path = Path(db) if db else default_db_path(sessions_dir)
+    refuse_inside_sessions(path, sessions_dir)
+    return path
 
 
 def connect(path: Path) -> sqlite3.Connection:
+    prepare_database(path)  # 0600 before SQLite creates its -wal and -shm beside it, with its mode
     # Autocommit mode: every write transaction is an explicit, short BEGIN IMMEDIATE ... COMMIT.
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("PRAGMA cache_size = -32000")  # 32 MB: a build's index inserts stay in memory
+        conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")  # negative: KiB, not pages
     except BaseException:
         conn.close()
         raise
     return conn
 
 
-# --- what went wrong ----------------------------------------------------------------------------
-
-
-class IndexMismatch(Exception):
-    pass
-
-
-class IndexUnavailable(sqlite3.OperationalError):
-    """The index cannot be used right now (not open, or another process holds a lock on it)."""
-
-
-_SQLITE_ERROR, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 1, 5, 6, 8
-_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
-_SQLITE_READONLY_DBMOVED = _SQLITE_READONLY | (4 << 8)
-_SCHEMA_GONE = re.compile(r"no such (table|column|index)|malformed|not a database", re.IGNORECASE)
-
-
-def classify(exc: BaseException) -> str:
-    """What a failure of the index means for its user.
-
-    - "busy": another connection holds a lock; retry later, the index itself is fine;
-    - "broken": the database is damaged or lost its schema; delete it and rebuild from the files;
-    - "moved": the file this connection uses was deleted or replaced; open the one at the path;
-    - "unavailable": anything else (disk full, I/O error, not writable, not open): retry later.
-    """
-    if isinstance(exc, IndexUnavailable):
-        return "busy" if getattr(exc, "busy", False) else "unavailable"
-    if not isinstance(exc, sqlite3.Error):
-        return "unavailable"
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code == _SQLITE_READONLY_DBMOVED:
-        return "moved"
-    primary = None if code is None else code & 0xFF
-    if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
-        return "busy"
-    if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
-        return "broken"
-    if primary == _SQLITE_ERROR and _SCHEMA_GONE.search(str(exc)):
-        return "broken"
-    if primary is None and isinstance(exc, sqlite3.DatabaseError) and _SCHEMA_GONE.search(str(exc)):
-        return "broken"
-    return "unavailable"
-
-
-# Failures that say nothing about the database file itself: the lock, the disk, the permissions.
-_ENVIRONMENTAL = {3, 5, 6, 7, 8, 9, 10, 13, 14, 15, 22, 23}  # PERM BUSY LOCKED NOMEM READONLY INTERRUPT
-# IOERR FULL CANTOPEN PROTOCOL NOLFS AUTH
-
-
-def environmental(exc: BaseException) -> bool:
-    """Whether opening failed for a reason outside the database (so deleting it would not help).
-
-    Anything else while opening and migrating (not a database, corrupt, a schema the migrations
-    cannot apply to, e.g. a table made by a migration whose record was lost) means the file cannot
-    serve as the index: it is rebuilt.
-    """
-    if isinstance(exc, (OSError, IndexUnavailable)) or not isinstance(exc, sqlite3.Error):
-        return True
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code is not None and code & 0xFF in _ENVIRONMENTAL and code != _SQLITE_READONLY_DBMOVED
-
-
-class NoIndex:
-    """Stands in for the connection while there is no usable index: every use fails cleanly."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        self.in_transaction = False
-        self.total_changes = 0
-
-    def __getattr__(self, name: str) -> object:
-        def fail(*args: object, **kwargs: object) -> None:
-            raise IndexUnavailable(f"the index is not open ({self.reason})")
-
-        return fail
+class _Outdated(Exception):
+    """The index keeps less of each input than an answer can show now: it is rebuilt, not used."""
 
 
 # --- opening ----------------------------------------------------------------------------------
@@ -153,7 +93,7 @@ class NoIndex:
 def _open_lock(path: Path) -> Iterator[None]:
     # Serialises schema creation and recovery between processes opening the same index at once.
     try:
-        lock = open(f"{path}.lock", "a+b")
+        lock = open(open_private(f"{path}.lock"), "r+b")
     except OSError as exc:
         raise IndexUnavailable(f"cannot create {path}.lock: {exc.strerror or exc}") from None
     with lock:
@@ -221,8 +161,8 @@ class Index:
 def open_index(path: Path, sessions_dir: str) -> sqlite3.Connection:
     """Open (creating, upgrading or rebuilding as needed) the index for `sessions_dir`.
 
-    Raises IndexMismatch when the database at `path` indexes a different directory, and
-    IndexUnavailable (an sqlite3.OperationalError) when it cannot be opened now.
+    Raises IndexMismatch when the database at `path` indexes a different directory, and an
+    IndexFailure (indexer.errors) when it cannot be opened now.
     """
     return open_handle(path, sessions_dir).conn
 
@@ -231,7 +171,7 @@ def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None
     """`open_index`, returning the handle. `replacing`: a handle whose files went wrong; its
     database is deleted first if it is still the one at `path` (nobody else replaced it yet)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(path.parent, ours=path.parent == cache_dir())
     except OSError as exc:
         raise IndexUnavailable(f"cannot create {path.parent}: {exc.strerror or exc}") from None
     with _open_lock(path):
@@ -248,12 +188,17 @@ def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None
             if conn is not None:
                 conn.close()
             raise
+        except _Outdated as exc:
+            if conn is not None:
+                conn.close()
+            log.info("index %s %s; rebuilding it from the session files", path, exc)
         except (sqlite3.Error, OSError) as exc:
             if conn is not None:
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
-            if environmental(exc):
-                raise _unavailable(exc) from None
+            failure = translate(exc, opening=True)
+            if not isinstance(failure, IndexBroken):
+                raise failure from None
             log.warning("index %s cannot be used (%s); rebuilding it from the session files", path, exc)
         _discard(path)
         conn = None
@@ -265,16 +210,7 @@ def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None
             if conn is not None:
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
-            raise _unavailable(exc) from None
-
-
-def _unavailable(exc: BaseException) -> IndexUnavailable:
-    if isinstance(exc, IndexUnavailable):
-        return exc
-    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    error = IndexUnavailable(reason)
-    error.busy = classify(exc) == "busy"  # type: ignore[attr-defined]
-    return error
+            raise translate(exc, opening=True) from None
 
 
 def _migrate_and_claim(conn: sqlite3.Connection, sessions_dir: str) -> None:
@@ -289,6 +225,18 @@ def _migrate_and_claim(conn: sqlite3.Connection, sessions_dir: str) -> None:
             f"the index belongs to the sessions directory {row[0]!r}, not {sessions_dir!r}; "
             "pass another --db, or delete this index file to rebuild it"
         )
+    _check_stored_chars(conn)
+
+
+def _check_stored_chars(conn: sqlite3.Connection) -> None:
+    """Raise _Outdated when the index was written keeping fewer code points of each input than
+    an answer can show now (indexer.stored): its short text must never answer."""
+    stored = get_meta(conn, STORED_CHARS_KEY)
+    if not isinstance(stored, int) or stored < STORED_INPUT_CHARS:
+        raise _Outdated(f"keeps {stored} code points of each input, fewer than the {STORED_INPUT_CHARS} an answer can show")
+    if stored > STORED_INPUT_CHARS:
+        # Rows written from now on keep less: say so, so that raising the constant again rebuilds.
+        set_meta(conn, **{STORED_CHARS_KEY: STORED_INPUT_CHARS})
 
 
 def _discard(path: Path) -> None:

@@ -2,15 +2,16 @@
 
 Parsing is the bulk of a cold build and holds the GIL, so a large batch is parsed in worker
 processes while the parent writes what comes back to SQLite. The workers are plain subprocesses
-(`python -m indexer.load`) speaking pickle over their stdin and stdout: unlike multiprocessing's
+(`python -m ccweb_index.indexer.load`) speaking pickle over their stdin and stdout: unlike multiprocessing's
 spawn they never re-import the caller's main module, and unlike fork they are safe next to the
-watcher's and the MCP server's threads. At most two chunks per worker are in flight, so memory is
-bounded by the files being parsed, not by the size of the directory.
+watcher's and the MCP server's threads. At most _CHUNKS_IN_FLIGHT chunks per worker are in flight, so
+memory is bounded by the files being parsed, not by the size of the directory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pickle
 import select
@@ -30,26 +31,49 @@ from ccweb_index.indexer.files import (
     lstat_session,
     read_session_file,
 )
+from ccweb_index.indexer.row import SessionRow
 from ccweb_index.indexer.sessionfile import Unreadable, parse_session
+from ccweb_index.indexer.stored import stored_head
+
+log = logging.getLogger("ccweb_index")
 
 # Below this much to read, worker processes cost more to start than they save.
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024
 _CHUNK_BYTES = 8 * 1024 * 1024
 _CHUNK_FILES = 64
+_CHUNKS_IN_FLIGHT = 2  # per worker: one parsed while the other's answer is read
 WORKER_COMMAND = [sys.executable, "-m", "ccweb_index.indexer.load"]
 
 
 @dataclass(frozen=True, slots=True)
 class Loaded:
-    """One file's state, ready for the index. Rows are plain tuples: they cross a pipe cheaply."""
+    """One file's state, ready for the index."""
 
     session_id: str
     sig: Signature
     racy: bool
     error: str | None  # None: it parsed, and `row` and `inputs` hold it
     size: int
-    row: tuple[object, ...] | None = None
-    inputs: list[tuple[object, ...]] = field(default_factory=list)
+    row: SessionRow | None = None
+    # (seq, message_id, created_at_ms, head, original_chars): plain tuples, which cross the worker pipe cheaply
+    inputs: list[tuple[int, str | None, int | None, str, int]] = field(default_factory=list)
+
+
+class UnreadableLog:
+    """Logs a session file as unreadable once per state of it: a racy file is re-read until it
+    settles, and must not flood the log. Shared by the indexer and the answers from the files."""
+
+    def __init__(self) -> None:
+        self._logged: dict[str, tuple[Signature, str]] = {}
+
+    def note(self, loaded: Loaded) -> None:
+        state = (loaded.sig, loaded.error or "")
+        if self._logged.get(loaded.session_id) != state:
+            self._logged[loaded.session_id] = state
+            log.warning("session %s is unreadable: %s", loaded.session_id, loaded.error)
+
+    def readable(self, session_id: str) -> None:
+        self._logged.pop(session_id, None)
 
 
 def load_session(sessions_dir: str, session_id: str, max_bytes: int) -> Loaded | None:
@@ -72,12 +96,16 @@ def load_session(sessions_dir: str, session_id: str, max_bytes: int) -> Loaded |
     except Unreadable as exc:
         return Loaded(session_id, sig, racy, exc.reason, len(data))
     updated = parsed.updated_at_ms if parsed.updated_at_ms is not None else sig.mtime_ns // 1_000_000
-    row = (
-        parsed.title, parsed.agent, None if parsed.agent is None else parsed.agent.lower(), parsed.status,
-        parsed.created_at_ms, updated, parsed.created_from_kind, parsed.created_from_source,
+    row = SessionRow(
+        session_id, parsed.title, parsed.agent, None if parsed.agent is None else parsed.agent.lower(),
+        parsed.status, parsed.created_at_ms, updated, parsed.created_from_kind, parsed.created_from_source,
         len(parsed.user_inputs),
     )  # fmt: skip
-    inputs = [(seq, i.message_id, i.created_at_ms, i.content) for seq, i in enumerate(parsed.user_inputs)]
+    # Cut here, in the worker: only what the index keeps crosses the pipe (indexer.stored).
+    inputs = [
+        (seq, i.message_id, i.created_at_ms, stored_head(i.content), len(i.content))
+        for seq, i in enumerate(parsed.user_inputs)
+    ]
     return Loaded(session_id, sig, racy, None, len(data), row, inputs)
 
 
@@ -85,19 +113,21 @@ def _load_chunk(sessions_dir: str, session_ids: list[str], max_bytes: int) -> li
     return [load_session(sessions_dir, session_id, max_bytes) for session_id in session_ids]
 
 
-# Across the pipe, a Loaded travels as a plain tuple: unpickling a dataclass costs ten times more.
+# Across the pipe, a Loaded travels as plain tuples: unpickling a dataclass (or a NamedTuple, whose
+# pickle calls its class) costs several times more.
 def _flatten(item: Loaded | None) -> tuple[object, ...] | None:
     if item is None:
         return None
     sig = (item.sig.ino, item.sig.size, item.sig.mtime_ns, item.sig.ctime_ns)
-    return (item.session_id, sig, item.racy, item.error, item.size, item.row, item.inputs)
+    row = None if item.row is None else tuple(item.row)
+    return (item.session_id, sig, item.racy, item.error, item.size, row, item.inputs)
 
 
 def _unflatten(flat: tuple[Any, ...] | None) -> Loaded | None:
     if flat is None:
         return None
     session_id, sig, racy, error, size, row, inputs = flat
-    return Loaded(session_id, Signature(*sig), racy, error, size, row, inputs)
+    return Loaded(session_id, Signature(*sig), racy, error, size, None if row is None else SessionRow._make(row), inputs)
 
 
 def load_many(
@@ -121,7 +151,7 @@ def _load_in_workers(
         subprocess.Popen(WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0)
         for _ in range(min(workers, len(chunks)))
     ]
-    queues = {proc.stdout.fileno(): (proc, deque[list[str]]()) for proc in procs}  # type: ignore[union-attr]
+    queues = {_stdout(proc): (proc, deque[list[str]]()) for proc in procs}
     todo = deque(chunks)
 
     def retire(fd: int) -> None:
@@ -138,7 +168,7 @@ def _load_in_workers(
                 retire(fd)
         while queues and (todo or any(queue for _, queue in queues.values())):
             for fd, (proc, queue) in list(queues.items()):
-                while todo and len(queue) < 2:
+                while todo and len(queue) < _CHUNKS_IN_FLIGHT:
                     queue.append(todo.popleft())
                     try:
                         _send(proc, queue[-1])
@@ -161,7 +191,8 @@ def _load_in_workers(
     finally:
         for proc in procs:
             with contextlib.suppress(OSError):
-                proc.stdin.close()  # type: ignore[union-attr]
+                if proc.stdin is not None:
+                    proc.stdin.close()
         for proc in procs:
             try:
                 proc.wait(timeout=5)
@@ -171,6 +202,11 @@ def _load_in_workers(
 
 # Messages are length-prefixed pickles on unbuffered pipes: `select` on the pipe is then exact (no
 # answer can sit unseen in a read-ahead buffer), and a short read is finished, never misparsed.
+
+
+def _stdout(proc: subprocess.Popen[bytes]) -> int:
+    assert proc.stdout is not None  # started with stdout=PIPE
+    return proc.stdout.fileno()
 
 
 def _send(proc: subprocess.Popen[bytes], message: object) -> None:

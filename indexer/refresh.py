@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import logging
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -19,9 +17,8 @@ from ccweb_index.indexer.files import (
     list_sessions,
     lstat_session,
 )
-from ccweb_index.indexer.load import Loaded, load_many
-
-log = logging.getLogger("ccweb_index")
+from ccweb_index.indexer.handle import IndexHandle
+from ccweb_index.indexer.load import Loaded, UnreadableLog, load_many
 
 # Bounds one write transaction, so readers in other processes never wait long.
 _BATCH_FILES = 1000
@@ -40,37 +37,49 @@ class RefreshStats:
 
 
 class Indexer:
-    """Reads session files and writes the index. Thread-safe: one lock guards the connection."""
+    """Reads session files and writes the index. Thread-safe: the handle's lock guards the connection.
+
+    Its sqlite3 errors come out as the types of indexer.errors (through `IndexHandle.connection`);
+    an OSError is the sessions directory's own (a file's failure is noted per file instead).
+    """
 
     def __init__(
         self,
-        sessions_dir: str,
-        conn: sqlite3.Connection,
+        handle: IndexHandle,
         *,
         max_session_bytes: int = DEFAULT_MAX_SESSION_BYTES,
-        lock: threading.RLock | None = None,
+        unreadable: UnreadableLog | None = None,
     ) -> None:
-        self.sessions_dir = sessions_dir
-        self.conn = conn
+        self.handle = handle
+        self.sessions_dir = handle.sessions_dir
+        self.lock = handle.lock
         self.max_session_bytes = max_session_bytes
-        self.lock = lock or threading.RLock()
-        self._logged_errors: dict[str, tuple[Signature, str]] = {}
+        self.unreadable = unreadable or UnreadableLog()
 
-    # --- the three ways in ------------------------------------------------------------------
+    # --- the ways in ------------------------------------------------------------------------
+
+    def ready(self) -> None:
+        """Make sure the index in use is the one at the path (`IndexHandle.ready`) and, after it was
+        replaced or re-opened, in line with the files. Raises IndexUnavailable when there is none."""
+        with self.lock:
+            self.handle.ready()
+            if self.handle.needs_reconcile:
+                self.reconcile()
 
     def reconcile(self, progress: Callable[[int, int], None] | None = None) -> RefreshStats:
         """Compare every file's signature with the index; read what changed; drop what is gone."""
-        with self.lock:
+        with self.handle.connection() as conn:
             try:
-                dir_sig = dir_signature(self.sessions_dir)
+                dir_sig: Signature | None = dir_signature(self.sessions_dir)
                 looked_at = time.time_ns()
                 listing = list_sessions(self.sessions_dir)
             except FileNotFoundError:
                 # The directory is gone: it holds no sessions until it is back.
                 dir_sig, looked_at, listing = None, time.time_ns(), {}
-            stored = store.stored_signatures(self.conn)
-            stats = self._bring_in_line(set(listing) | set(stored), stored, progress=progress)
-            self._record_listing(dir_sig, looked_at, reconciled=True)
+            stored = store.stored_signatures(conn)
+            stats = self._bring_in_line(conn, set(listing) | set(stored), stored, progress=progress)
+            self._record_listing(conn, dir_sig, looked_at, reconciled=True)
+            self.handle.reconciled()
             return stats
 
     def refresh(self, session_ids: Iterable[str]) -> RefreshStats:
@@ -78,9 +87,9 @@ class Indexer:
         ids = sorted(set(session_ids))
         if not ids:
             return RefreshStats()
-        with self.lock:
-            stored = store.stored_signatures(self.conn, ids)
-            return self._bring_in_line(ids, stored)
+        with self.handle.connection() as conn:
+            stored = store.stored_signatures(conn, ids)
+            return self._bring_in_line(conn, ids, stored)
 
     def refresh_listing(self) -> RefreshStats:
         """Notice files added, removed or replaced since the last listing, without a stat per file.
@@ -88,43 +97,42 @@ class Indexer:
         Creating, deleting or renaming an entry changes the directory's own signature; only then is
         the directory listed again, and only names that appeared, vanished or changed inode are read.
         """
-        with self.lock:
+        with self.handle.connection() as conn:
             try:
                 dir_sig = dir_signature(self.sessions_dir)
             except FileNotFoundError:
                 return self.reconcile()
-            if self._listing_is_current(dir_sig):
+            if _listing_is_current(conn, dir_sig):
                 return RefreshStats()
             looked_at = time.time_ns()
             listing = list_sessions(self.sessions_dir)
-            stored = store.stored_signatures(self.conn)
+            stored = store.stored_signatures(conn)
             moved = {i for i in set(listing) | set(stored) if i not in stored or listing.get(i) != stored[i].sig.ino}
-            stats = self._bring_in_line(moved, stored)
-            self._record_listing(dir_sig, looked_at)
+            stats = self._bring_in_line(conn, moved, stored)
+            self._record_listing(conn, dir_sig, looked_at)
             return stats
 
     # --- the work ---------------------------------------------------------------------------
 
-    def _listing_is_current(self, dir_sig: Signature) -> bool:
-        recorded = get_meta(self.conn, "dir_signature")
-        return recorded == _encode_sig(dir_sig) and not get_meta(self.conn, "dir_racy")
-
-    def _record_listing(self, dir_sig: Signature | None, looked_at: int, *, reconciled: bool = False) -> None:
+    def _record_listing(
+        self, conn: sqlite3.Connection, dir_sig: Signature | None, looked_at: int, *, reconciled: bool = False
+    ) -> None:
         values: dict[str, object] = {
             "dir_signature": None if dir_sig is None else _encode_sig(dir_sig),
             "dir_racy": int(dir_sig is None or is_racy(dir_sig, looked_at)),
         }
-        last = get_meta(self.conn, "last_reconcile_ns")
+        last = get_meta(conn, "last_reconcile_ns")
         if reconciled and (not isinstance(last, int) or looked_at - last > _RECONCILE_STAMP_NS):
             values["last_reconcile_ns"] = looked_at
         # A look that changed nothing writes nothing: no write lock is taken, so a call never waits
         # behind another process's writer just to say that all is as it was.
-        if any(get_meta(self.conn, key) != value for key, value in values.items()):
-            with write_transaction(self.conn):
-                set_meta(self.conn, **values)
+        if any(get_meta(conn, key) != value for key, value in values.items()):
+            with write_transaction(conn):
+                set_meta(conn, **values)
 
     def _bring_in_line(
         self,
+        conn: sqlite3.Connection,
         ids: Iterable[str],
         stored: dict[str, store.Stored],
         *,
@@ -155,37 +163,42 @@ class Indexer:
                 pending.append(loaded)
                 pending_bytes += loaded.size
             if len(pending) >= _BATCH_FILES or pending_bytes >= _BATCH_BYTES:
-                self._write(pending, [], stored, stats)
+                self._write(conn, pending, [], stored, stats)
                 pending, pending_bytes = [], 0
             if progress is not None:
                 progress(done, len(wanted))
-        self._write(pending, gone, stored, stats)
+        self._write(conn, pending, gone, stored, stats)
         return stats
 
     def _write(
-        self, loaded: list[Loaded], gone: list[str], stored: dict[str, store.Stored], stats: RefreshStats
+        self,
+        conn: sqlite3.Connection,
+        loaded: list[Loaded],
+        gone: list[str],
+        stored: dict[str, store.Stored],
+        stats: RefreshStats,
     ) -> None:
         if not loaded and not gone:
             return
-        with write_transaction(self.conn):
+        with write_transaction(conn):
             # Other processes write this index too, and one may have committed since `stored` was
             # read. Under the write lock: a read replaces a row only if it saw the file in the same
             # or a later state (ctime orders a file's states; userspace cannot set it back), so a
             # late commit of an older read never undoes a newer one; and a file seen gone is
             # forgotten only if its row is still the one that was seen.
-            now = store.stored_signatures(self.conn, [item.session_id for item in loaded] + gone)
+            now = store.stored_signatures(conn, [item.session_id for item in loaded] + gone)
             loaded = [item for item in loaded if self._newer_than_row(item, now.get(item.session_id))]
             gone = [i for i in gone if i in now and i in stored and now[i].sig == stored[i].sig]
-            store.record_loaded(self.conn, loaded)
-            store.forget(self.conn, gone)
+            store.record_loaded(conn, loaded)
+            store.forget(conn, gone)
         for item in loaded:
             stats.read += 1
             stats.changed.add(item.session_id)
             if item.error is not None:
                 stats.unreadable += 1
-                self._log_unreadable(item)
+                self.unreadable.note(item)
             else:
-                self._logged_errors.pop(item.session_id, None)
+                self.unreadable.readable(item.session_id)
         stats.removed += len(gone)
         stats.changed.update(gone)
 
@@ -197,11 +210,10 @@ class Indexer:
             return st is not None  # a row forgotten meanwhile stays forgotten if the file is gone
         return row.sig.ctime_ns <= item.sig.ctime_ns
 
-    def _log_unreadable(self, item: Loaded) -> None:
-        # Once per file state: a racy file is re-read until it settles, and must not flood the log.
-        if self._logged_errors.get(item.session_id) != (item.sig, item.error):
-            self._logged_errors[item.session_id] = (item.sig, item.error or "")
-            log.warning("session %s is unreadable: %s", item.session_id, item.error)
+
+def _listing_is_current(conn: sqlite3.Connection, dir_sig: Signature) -> bool:
+    recorded = get_meta(conn, "dir_signature")
+    return recorded == _encode_sig(dir_sig) and not get_meta(conn, "dir_racy")
 
 
 def _encode_sig(sig: Signature) -> str:

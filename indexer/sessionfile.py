@@ -13,7 +13,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgspec
 
@@ -21,7 +21,7 @@ SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 SUFFIX = ".json"
 
 
-def is_valid_id(value: object) -> bool:
+def is_valid_id(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and SESSION_ID_RE.fullmatch(value) is not None
 
 
@@ -92,6 +92,7 @@ _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
 _message = msgspec.json.Decoder(_Message)
 _blocks = msgspec.json.Decoder(list[str | _Block])
 _any = msgspec.json.Decoder()
+_string = msgspec.json.Decoder(str)
 
 
 def parse_session(data: bytes) -> ParsedSession:
@@ -231,7 +232,7 @@ def _status(value: Any, last: _Message | None) -> str:
 def message_text(raw: msgspec.Raw) -> str:
     head = _head(raw)
     if head == b'"':
-        return _any.decode(raw)
+        return _string.decode(raw)
     if head != b"[":
         return ""
     try:

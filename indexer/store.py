@@ -7,6 +7,15 @@ from dataclasses import dataclass
 
 from ccweb_index.indexer.files import Signature
 from ccweb_index.indexer.load import Loaded
+from ccweb_index.indexer.row import COLUMNS, PLACEHOLDERS
+
+# `id IN (...)` lists are cut to this many: well below SQLite's limit on a statement's parameters.
+IDS_PER_STATEMENT = 500
+# A parsed file's row replaces whatever the index held; its error (if it was unreadable before) is gone.
+_REPLACE_PARSED = (
+    f"INSERT OR REPLACE INTO sessions ({COLUMNS}, ino, size, mtime_ns, ctime_ns, racy, error, good) "
+    f"VALUES ({PLACEHOLDERS}, ?, ?, ?, ?, ?, NULL, 1)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,8 +30,8 @@ def stored_signatures(conn: sqlite3.Connection, ids: list[str] | None = None) ->
         rows = conn.execute(sql).fetchall()
     else:
         rows = []
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
+        for start in range(0, len(ids), IDS_PER_STATEMENT):
+            chunk = ids[start : start + IDS_PER_STATEMENT]
             rows += conn.execute(f"{sql} WHERE id IN ({','.join('?' * len(chunk))})", chunk).fetchall()
     return {row[0]: Stored(Signature(*row[1:5]), bool(row[5])) for row in rows}
 
@@ -31,20 +40,17 @@ def record_loaded(conn: sqlite3.Connection, loaded: list[Loaded]) -> None:
     """Write a batch of freshly read files: parsed ones replace their rows, unreadable ones are noted."""
     parsed = sorted((item for item in loaded if item.row is not None), key=lambda item: item.session_id)
     conn.executemany(
-        """
-        INSERT OR REPLACE INTO sessions (
-            id, ino, size, mtime_ns, ctime_ns, racy, error, good, title, agent, agent_key, status,
-            created_at_ms, updated_at_ms, created_from_kind, created_from_source, user_input_count
-        ) VALUES (?, ?, ?, ?, ?, ?, NULL, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-        """,
+        _REPLACE_PARSED,
         [
-            (item.session_id, item.sig.ino, item.sig.size, item.sig.mtime_ns, item.sig.ctime_ns, int(item.racy), *item.row)  # type: ignore[misc]
+            (*item.row, item.sig.ino, item.sig.size, item.sig.mtime_ns, item.sig.ctime_ns, int(item.racy))
             for item in parsed
+            if item.row is not None
         ],
     )
     conn.executemany("DELETE FROM user_inputs WHERE session_id = ?", [(item.session_id,) for item in parsed])
     conn.executemany(
-        "INSERT INTO user_inputs (session_id, seq, message_id, created_at_ms, content) VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO user_inputs (session_id, seq, message_id, created_at_ms, content, original_chars) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
         [(item.session_id, *row) for item in parsed for row in item.inputs],
     )
     for item in loaded:

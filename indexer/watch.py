@@ -20,7 +20,7 @@ lost, and is retried with a growing delay; `sync()` applies what is pending itse
 
 Each watcher records which directory it watches (`watched`: device and inode). If the sessions path
 comes to lead elsewhere (the directory deleted and recreated, renamed, replaced by a symlink), the
-owner (server.service) sees `watched` differ from the path's identity and starts a new watcher.
+owner (server.supervisor) sees `watched` differ from the path's identity and starts a new watcher.
 """
 
 from __future__ import annotations
@@ -31,16 +31,20 @@ import logging
 import os
 import re
 import shutil
-import sqlite3
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from ccweb_index.indexer.errors import IndexFailure
 from ccweb_index.indexer.files import dir_identity
 from ccweb_index.indexer.refresh import Indexer
 from ccweb_index.indexer.sessionfile import session_id_from_name
+
+if TYPE_CHECKING:  # watchdog's modules are imported where a watcher is made
+    from watchdog.events import FileSystemEvent
+    from watchdog.observers.inotify_c import InotifyEvent, WatchDescriptor
 
 log = logging.getLogger("ccweb_index")
 
@@ -226,7 +230,7 @@ def _initial_reconcile(indexer: Indexer, dirty: _DirtySet, on_error: ErrorHandle
     # index cannot be written now, the applier does it later (and calls check the files meanwhile).
     try:
         indexer.reconcile()
-    except (sqlite3.Error, OSError) as exc:
+    except (IndexFailure, OSError) as exc:
         dirty.overflow()
         (on_error or _FailureLog())(exc)
 
@@ -237,7 +241,7 @@ def _initial_reconcile(indexer: Indexer, dirty: _DirtySet, on_error: ErrorHandle
 class InotifyWatcher:
     def __init__(self, indexer: Indexer, on_error: ErrorHandler | None = None) -> None:
         from watchdog.observers.inotify_c import InotifyConstants as C
-        from watchdog.observers.inotify_c import InotifyFD
+        from watchdog.observers.inotify_c import InotifyFD, Mask
 
         self.indexer = indexer
         self.dirty = _DirtySet()
@@ -246,11 +250,11 @@ class InotifyWatcher:
         self._inotify = InotifyFD()
         # No IN_DONT_FOLLOW: the sessions path itself may be a symlink to the directory (as it may
         # for every other use of the path); entries in it are never followed.
-        self._session_mask = (
+        self._session_mask = Mask(
             C.IN_MODIFY | C.IN_ATTRIB | C.IN_CLOSE_WRITE | C.IN_MOVED_FROM | C.IN_MOVED_TO
             | C.IN_CREATE | C.IN_DELETE | C.IN_DELETE_SELF | C.IN_MOVE_SELF | C.IN_ONLYDIR
         )  # fmt: skip
-        self._cookie_mask = C.IN_CREATE | C.IN_ONLYDIR
+        self._cookie_mask = Mask(C.IN_CREATE | C.IN_ONLYDIR)
         parent = _cookie_parent()
         _remove_dead_cookie_dirs(parent or tempfile.gettempdir())
         self._cookie_dir = tempfile.mkdtemp(prefix=f"{_COOKIE_PREFIX}{os.getpid()}-", dir=parent)
@@ -335,7 +339,7 @@ class InotifyWatcher:
                 self._cookie_seen = max(self._cookie_seen, serial)
                 self._cookie_cond.notify_all()
 
-    def _sessions_event(self, event) -> None:  # type: ignore[no-untyped-def]
+    def _sessions_event(self, event: InotifyEvent) -> None:
         if event.is_delete_self or event.is_move_self or event.is_ignored:
             if self._healthy:
                 log.warning("the sessions directory was removed or moved; answering from the files until it is back")
@@ -356,14 +360,14 @@ class _Callbacks:
 
 
 class _Callback:
-    def __init__(self, handle, watcher: InotifyWatcher) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, handle: Callable[[InotifyEvent], None], watcher: InotifyWatcher) -> None:
         self._handle = handle
         self._watcher = watcher
 
-    def on_event(self, event) -> None:  # type: ignore[no-untyped-def]
+    def on_event(self, event: InotifyEvent) -> None:
         self._handle(event)
 
-    def on_watch_deleted(self, wd) -> None:  # type: ignore[no-untyped-def]
+    def on_watch_deleted(self, wd: WatchDescriptor) -> None:
         self._watcher._healthy = False
 
     def on_queue_overflow(self) -> None:
@@ -385,7 +389,7 @@ class PollingWatcher:
         dirty = self.dirty
 
         class Handler(FileSystemEventHandler):
-            def on_any_event(self, event) -> None:  # type: ignore[no-untyped-def]
+            def on_any_event(self, event: FileSystemEvent) -> None:
                 for path in (event.src_path, getattr(event, "dest_path", "")):
                     if path and os.path.dirname(os.fsdecode(path)) == indexer.sessions_dir:
                         session_id = session_id_from_name(os.path.basename(os.fsdecode(path)))

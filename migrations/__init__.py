@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from sqlite_utils import Database, Migrations
 
+from ccweb_index.indexer.stored import STORED_CHARS_KEY, STORED_INPUT_CHARS, stored_head
+
 migrations = Migrations("ccweb-index")
 
 
@@ -73,3 +75,17 @@ def m003_meta(db: Database) -> None:
     # Index-wide facts: which directory this index is for, the directory's stat signature at the
     # last listing (to notice files added or removed without listing again), the last reconcile.
     db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID")
+
+
+@migrations()
+def m004_input_heads(db: Database) -> None:
+    # Keep of each input only what an answer can show (indexer.stored): its head, in `content`, and
+    # its full length in code points. Both are computed by Python's str, as a fresh build does:
+    # SQLite's length() and substr() stop at or miscount around a NUL, which an input may contain.
+    # The file does not shrink (no VACUUM: a running server takes a shrunk index for a truncated
+    # one); the freed pages are reused by later writes.
+    db.conn.create_function("ccweb_head", 1, stored_head, deterministic=True)
+    db.conn.create_function("ccweb_chars", 1, len, deterministic=True)
+    db.execute("ALTER TABLE user_inputs ADD COLUMN original_chars INTEGER NOT NULL DEFAULT 0")
+    db.execute("UPDATE user_inputs SET original_chars = ccweb_chars(content), content = ccweb_head(content)")
+    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (STORED_CHARS_KEY, STORED_INPUT_CHARS))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import signal
-import sqlite3
 import sys
 import threading
 import time
@@ -14,8 +14,10 @@ from typing import Any
 
 import click
 
-from ccweb_index.indexer.db import IndexMismatch
+from ccweb_index.indexer.db import resolve_db_path
+from ccweb_index.indexer.errors import IndexFailure, IndexInsideSessions, IndexMismatch
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, ignored_entries
+from ccweb_index.indexer.private import modes
 from ccweb_index.server.service import Service
 
 log = logging.getLogger("ccweb_index")
@@ -31,6 +33,7 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _sessions_dir_option(func: Any) -> Any:
+    func = _refusing_db_inside_sessions(func)
     func = click.option(
         "--sessions-dir",
         envvar="CCWEB_SESSIONS_DIR",
@@ -55,6 +58,20 @@ def _sessions_dir_option(func: Any) -> Any:
     return func
 
 
+def _refusing_db_inside_sessions(command: Any) -> Any:
+    # Checked before the command does anything (binds a port, opens the index): the sessions
+    # directory is only ever read, so an index inside it is a usage error (exit 2).
+    @functools.wraps(command)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            resolve_db_path(kwargs["sessions_dir"], kwargs["db"])
+        except IndexInsideSessions as exc:
+            raise click.BadParameter(str(exc), param_hint="'--db' / CCWEB_INDEX_DB") from None
+        return command(*args, **kwargs)
+
+    return checked
+
+
 def _open_service(sessions_dir: str, db: str | None, max_session_bytes: int, **kwargs: Any) -> Service:
     try:
         return Service(sessions_dir, db, max_session_bytes=max_session_bytes, **kwargs)
@@ -63,8 +80,8 @@ def _open_service(sessions_dir: str, db: str | None, max_session_bytes: int, **k
 
 
 def _require_index(service: Service) -> None:
-    if service.index is None:
-        raise click.ClickException(f"cannot open the index {service.db_path}: {service.conn.reason}")  # type: ignore[attr-defined]
+    if not service.handle.is_open:
+        raise click.ClickException(f"cannot open the index {service.db_path}: {service.handle.reason}")
 
 
 def _require_dir(sessions_dir: str) -> None:
@@ -103,7 +120,7 @@ def build(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bo
             else:
                 stats = service.indexer.reconcile()
             counts = service.counts()
-        except sqlite3.Error as exc:
+        except IndexFailure as exc:
             raise click.ClickException(f"cannot write the index {service.db_path}: {exc}") from None
         elapsed = time.perf_counter() - started
     finally:
@@ -315,7 +332,7 @@ def status(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: b
         try:
             counts = service.counts()
             unreadable = service.unreadable()
-        except sqlite3.Error as exc:
+        except IndexFailure as exc:
             click.echo(f"index: {service.db_path} (cannot be read: {exc})")
             counts, unreadable = None, []
         if counts is not None:
@@ -323,6 +340,7 @@ def status(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: b
             click.echo(f"last reconcile: {_when(counts['last_reconcile_ns'])}")
             click.echo(f"sessions: {counts['sessions']} readable, {counts['unreadable']} unreadable now")
             click.echo(f"user inputs: {counts['inputs']}")
+        _echo_modes(service.db_path)
         for session_id, reason, good in unreadable:
             kept = " (answering from its last good version)" if good else ""
             click.echo(f"  unreadable {session_id}.json: {reason}{kept}")
@@ -330,6 +348,11 @@ def status(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: b
             click.echo(f"  ignored {name}: {kind}, not a session")
     finally:
         service.close()
+
+
+def _echo_modes(db_path: Any) -> None:
+    for name, mode, fix in modes(db_path):
+        click.echo(f"  mode {mode} {name}" + (f" (open to other users: {fix})" if fix else " (private)"))
 
 
 def _when(ns: object) -> str:

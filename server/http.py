@@ -32,7 +32,7 @@ import socket
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -43,8 +43,10 @@ SOURCE_HEADER = "X-Ccweb-Source-Session"
 TOKEN_ENV = "CCWEB_INDEX_TOKEN"
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
-# Long enough for any call to finish (a call waits at most the database busy timeout, 30 s).
-GRACEFUL_SHUTDOWN_SECONDS = 35.0
+# Long enough for any call to finish: a call waits at most server.from_index.LOCK_WAIT_SECONDS for
+# this process's lock, then indexer.db.BUSY_TIMEOUT_MS for another process's, before it answers
+# from the files instead.
+GRACEFUL_SHUTDOWN_SECONDS = 35
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
@@ -55,13 +57,13 @@ class StartupError(Exception):
 # --- configuration --------------------------------------------------------------------------------
 
 
-def load_token(token_file: str | None, environ: dict[str, str] | None = None) -> str | None:
+def load_token(token_file: str | None, environ: Mapping[str, str] | None = None) -> str | None:
     """The bearer token: from `--token-file` if given, else `CCWEB_INDEX_TOKEN`; None if neither.
 
     Surrounding whitespace (a trailing newline) is ignored. An empty token file is an error, an empty
     variable counts as unset.
     """
-    environ = os.environ if environ is None else environ  # type: ignore[assignment]
+    environ = os.environ if environ is None else environ
     if token_file is not None:
         try:
             with open(token_file, encoding="utf-8") as f:
@@ -103,7 +105,7 @@ def is_loopback(host: str) -> bool:
         infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
     except OSError:
         return False
-    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+    return bool(infos) and all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
 
 
 def _host_name(host: str) -> str:
@@ -201,7 +203,7 @@ class _Guard:
 
     @staticmethod
     def _open(scope: Any) -> bool:
-        return scope["method"] == "GET" and scope["path"] == HEALTH_PATH
+        return bool(scope["method"] == "GET" and scope["path"] == HEALTH_PATH)
 
     def _authorized(self, scope: Any) -> bool:
         values = [v for k, v in scope["headers"] if k == b"authorization"]
@@ -347,7 +349,7 @@ def bind_sockets(host: str, port: int) -> list[socket.socket]:
         raise StartupError(f"cannot resolve --host {host!r}: {exc.strerror or exc}") from None
     sockets: list[socket.socket] = []
     skipped: list[str] = []
-    seen: set[tuple[int, str]] = set()
+    seen: set[tuple[int, str | int]] = set()
     try:
         for family, type_, proto, _, addr in infos:
             if (family, addr[0]) in seen:
@@ -372,7 +374,7 @@ def bind_sockets(host: str, port: int) -> list[socket.socket]:
                 if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
                     skipped.append(f"{addr[0]} ({exc.strerror or exc})")
                     continue
-                raise StartupError(f"cannot listen on {_host_name(addr[0])}:{addr[1]}: {exc.strerror or exc}") from None
+                raise StartupError(f"cannot listen on {_host_name(str(addr[0]))}:{addr[1]!s}: {exc.strerror or exc}") from None
             sockets.append(sock)
     except BaseException:
         for sock in sockets:

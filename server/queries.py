@@ -1,14 +1,80 @@
-"""Reading the index. Each query touches only the rows its answer needs."""
+"""Reading the index. Each query touches only the rows its answer needs.
+
+Where an answer is made without the index (server.from_files), Python must select and order the
+sessions exactly as the SQL here does: `matches` and `answer_order` sit beside the SQL they mirror.
+"""
 
 from __future__ import annotations
 
 import sqlite3
 
-from ccweb_index.server.tools import StoredInput
+from ccweb_index.indexer.row import COLUMNS, SessionRow
+from ccweb_index.indexer.store import IDS_PER_STATEMENT
+from ccweb_index.server.tools import ConversationsRequest, StoredInput
 
-_COLUMNS = (
-    "id, title, agent, status, created_at_ms, updated_at_ms, created_from_kind, user_input_count"
-)
+# A direct child: created through MCP by the source conversation (not a branch, not a grandchild).
+_CHILD_OF = "created_from_source = ? AND created_from_kind = 'mcp'"
+_ANSWER_ORDER = "updated_at_ms DESC, id ASC"
+
+
+def is_child_of(row: SessionRow, source: str) -> bool:
+    """`_CHILD_OF`, in Python."""
+    return row.created_from_source == source and row.created_from_kind == "mcp"
+
+
+def matches(row: SessionRow, request: ConversationsRequest) -> bool:
+    """`_where(request)`, in Python (for a readable session: `good = 1`)."""
+    return (
+        (request.children_of is None or is_child_of(row, request.children_of))
+        and (request.agent_key is None or row.agent_key == request.agent_key)
+        and (request.status_key is None or row.status == request.status_key)
+    )
+
+
+def answer_order(row: SessionRow) -> tuple[int, str]:
+    """`_ANSWER_ORDER`, in Python: most recently updated first, then by id."""
+    return -row.updated_at_ms, row.id
+
+
+def _where(request: ConversationsRequest) -> tuple[str, list[object]]:
+    where = ["good = 1"]
+    params: list[object] = []
+    if request.children_of is not None:
+        where.append(_CHILD_OF)
+        params.append(request.children_of)
+    if request.agent_key is not None:
+        where.append("agent_key = ?")
+        params.append(request.agent_key)
+    if request.status_key is not None:
+        where.append("status = ?")
+        params.append(request.status_key)
+    return " AND ".join(where), params
+
+
+def conversations(conn: sqlite3.Connection, request: ConversationsRequest, limit: int) -> list[SessionRow]:
+    """Up to `limit` sessions matching `request`, in answer order."""
+    where, params = _where(request)
+    cursor = conn.execute(
+        f"SELECT {COLUMNS} FROM sessions WHERE {where} ORDER BY {_ANSWER_ORDER} LIMIT ?", [*params, limit]
+    )
+    return list(map(SessionRow._make, cursor))
+
+
+def good_rows(conn: sqlite3.Connection, session_ids: list[str]) -> list[SessionRow]:
+    """The last readable versions of these sessions, for those that have one."""
+    out: list[SessionRow] = []
+    for start in range(0, len(session_ids), IDS_PER_STATEMENT):
+        chunk = session_ids[start : start + IDS_PER_STATEMENT]
+        cursor = conn.execute(
+            f"SELECT {COLUMNS} FROM sessions WHERE good = 1 AND id IN ({','.join('?' * len(chunk))})", chunk
+        )
+        out += map(SessionRow._make, cursor)
+    return out
+
+
+def children_ids(conn: sqlite3.Connection, source: str) -> list[str]:
+    rows = conn.execute(f"SELECT id FROM sessions WHERE {_CHILD_OF} AND good = 1", (source,)).fetchall()
+    return [row[0] for row in rows]
 
 
 def session_state(conn: sqlite3.Connection, session_id: str) -> tuple[bool, str | None, int] | None:
@@ -21,49 +87,11 @@ def session_state(conn: sqlite3.Connection, session_id: str) -> tuple[bool, str 
 
 def newest_inputs(conn: sqlite3.Connection, session_id: str, limit: int) -> list[StoredInput]:
     rows = conn.execute(
-        "SELECT message_id, created_at_ms, content FROM user_inputs WHERE session_id = ? "
+        "SELECT message_id, created_at_ms, content, original_chars FROM user_inputs WHERE session_id = ? "
         "ORDER BY seq DESC LIMIT ?",
         (session_id, limit),
     ).fetchall()
     return [StoredInput(*row) for row in rows]
-
-
-def conversations(
-    conn: sqlite3.Connection,
-    *,
-    children_of: str | None,
-    agent_key: str | None,
-    status_key: str | None,
-    limit: int,
-) -> list[sqlite3.Row]:
-    """Up to `limit` matching sessions in answer order (updatedAt desc, id asc)."""
-    where = ["good = 1"]
-    params: list[object] = []
-    if children_of is not None:
-        where += ["created_from_source = ?", "created_from_kind = 'mcp'"]
-        params.append(children_of)
-    if agent_key is not None:
-        where.append("agent_key = ?")
-        params.append(agent_key)
-    if status_key is not None:
-        where.append("status = ?")
-        params.append(status_key)
-    params.append(limit)
-    cursor = conn.execute(
-        f"SELECT {_COLUMNS} FROM sessions WHERE {' AND '.join(where)} "
-        "ORDER BY updated_at_ms DESC, id ASC LIMIT ?",
-        params,
-    )
-    cursor.row_factory = sqlite3.Row
-    return cursor.fetchall()
-
-
-def children_ids(conn: sqlite3.Connection, source: str) -> list[str]:
-    rows = conn.execute(
-        "SELECT id FROM sessions WHERE created_from_source = ? AND created_from_kind = 'mcp' AND good = 1",
-        (source,),
-    ).fetchall()
-    return [row[0] for row in rows]
 
 
 def counts(conn: sqlite3.Connection) -> dict[str, object]:

@@ -1,6 +1,7 @@
-"""The two tools' contracts: names, schemas, descriptions, argument leniency, and answer shapes.
+"""The two tools' contracts: names, schemas, descriptions, requests parsed leniently, answer shapes.
 
-Pure functions only: no files, no database. `server.service` feeds them what the index holds.
+Pure functions only: no files, no database. `server.service` parses each request here, and the
+answers (`server.from_index`, `server.from_files`) are shaped here from what they found.
 """
 
 from __future__ import annotations
@@ -9,13 +10,16 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ccweb_index.indexer.row import SessionRow
 from ccweb_index.indexer.sessionfile import format_time, is_valid_id
+from ccweb_index.indexer.stored import STORED_INPUT_CHARS
 
 LIST_USER_INPUTS = "ccweb_list_user_inputs"
 LIST_CONVERSATIONS = "ccweb_list_conversations"
 
 INPUTS_LIMIT = (1, 50, 15)  # minimum, maximum, default
-INPUTS_MAX_CHARS = (1, 1000, 1000)
+# The index keeps no more of an input than the largest budget (indexer.stored); the default is all of it.
+INPUTS_MAX_CHARS = (1, STORED_INPUT_CHARS, STORED_INPUT_CHARS)
 CONVERSATIONS_LIMIT = (1, 100, 20)
 
 
@@ -32,7 +36,7 @@ class ToolError(Exception):
 # --- argument leniency ---------------------------------------------------------------------
 
 
-def clamp_int(value: Any, bounds: tuple[int, int, int]) -> int:
+def clamp_int(value: object, bounds: tuple[int, int, int]) -> int:
     """A number is truncated then clamped; anything else (bool, string, null, missing) is the default."""
     low, high, default = bounds
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -72,13 +76,14 @@ def requested_conversation(arguments: dict[str, Any], source: str | None) -> str
                 "and '-'. Omit it to read the inputs of the conversation you are running in.",
             )
         return value
-    if valid_source(source) is None:
+    own = valid_source(source)
+    if own is None:
         raise ToolError(
             "missing_source_conversation",
             "No conversationId was given and this server was not told which conversation you are running "
             f"in ({_SOURCE_SETTINGS}). Pass conversationId explicitly.",
         )
-    return source  # type: ignore[return-value]
+    return own
 
 
 def not_found(conversation_id: str) -> ToolError:
@@ -113,6 +118,47 @@ def missing_source_for_children() -> ToolError:
     )
 
 
+# --- the two requests, validated -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InputsRequest:
+    conversation_id: str
+    limit: int
+    max_chars: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationsRequest:
+    children_of: str | None  # scope "children": the source conversation; None for scope "all"
+    source: str | None
+    limit: int
+    agent_key: str | None
+    status_key: str | None
+
+
+def inputs_request(arguments: dict[str, Any], source: str | None) -> InputsRequest:
+    return InputsRequest(
+        requested_conversation(arguments, source),
+        clamp_int(arguments.get("limit"), INPUTS_LIMIT),
+        clamp_int(arguments.get("maxChars"), INPUTS_MAX_CHARS),
+    )
+
+
+def conversations_request(arguments: dict[str, Any], source: str | None) -> ConversationsRequest:
+    source = valid_source(source)
+    children = arguments.get("scope") == "children"
+    if children and source is None:
+        raise missing_source_for_children()
+    return ConversationsRequest(
+        source if children else None,
+        source,
+        clamp_int(arguments.get("limit"), CONVERSATIONS_LIMIT),
+        filter_key(arguments.get("agent")),
+        filter_key(arguments.get("status")),
+    )
+
+
 # --- answers ---------------------------------------------------------------------------------
 
 
@@ -120,7 +166,8 @@ def missing_source_for_children() -> ToolError:
 class StoredInput:
     message_id: str | None
     created_at_ms: int | None
-    content: str
+    content: str  # the input's head: at least as many code points as any budget (indexer.stored)
+    original_chars: int  # the whole input's length in code points
 
 
 def user_inputs_answer(
@@ -131,7 +178,7 @@ def user_inputs_answer(
     chosen: list[dict[str, Any]] = []
     cut = False
     for item in newest_first[:limit]:
-        length = len(item.content)
+        length = item.original_chars
         if length <= remaining:
             chosen.append(_input(item, item.content, length, False))
             remaining -= length
@@ -163,16 +210,29 @@ def _input(item: StoredInput, content: str, original: int, truncated: bool) -> d
     }
 
 
-def conversation_row(row: Any) -> dict[str, Any]:
+def conversations_answer(request: ConversationsRequest, rows: list[SessionRow]) -> dict[str, Any]:
+    """`rows`: the matching sessions in answer order, up to one more than the limit (to tell hasMore)."""
+    limit = request.limit
     return {
-        "conversationId": row["id"],
-        "title": row["title"],
-        "agent": row["agent"],
-        "status": row["status"],
-        "createdAt": format_time(row["created_at_ms"]),
-        "updatedAt": format_time(row["updated_at_ms"]),
-        "createdFromKind": row["created_from_kind"],
-        "userInputCount": row["user_input_count"],
+        "scope": "children" if request.children_of is not None else "all",
+        "sourceConversationId": request.source,
+        "limit": limit,
+        "returnedCount": min(len(rows), limit),
+        "hasMore": len(rows) > limit,
+        "conversations": [conversation_row(row) for row in rows[:limit]],
+    }
+
+
+def conversation_row(row: SessionRow) -> dict[str, Any]:
+    return {
+        "conversationId": row.id,
+        "title": row.title,
+        "agent": row.agent,
+        "status": row.status,
+        "createdAt": format_time(row.created_at_ms),
+        "updatedAt": format_time(row.updated_at_ms),
+        "createdFromKind": row.created_from_kind,
+        "userInputCount": row.user_input_count,
     }
 
 
@@ -217,9 +277,9 @@ USER_INPUTS_TOOL: dict[str, Any] = {
             },
             "maxChars": {
                 "type": "integer",
-                "minimum": 1,
-                "maximum": 1000,
-                "default": 1000,
+                "minimum": INPUTS_MAX_CHARS[0],
+                "maximum": INPUTS_MAX_CHARS[1],
+                "default": INPUTS_MAX_CHARS[2],
                 "description": "Total Unicode code points of content returned, shared by all inputs (default 1000).",
             },
         },

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, settings
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+
 def _installed_command() -> str | None:
     # The command installed beside the interpreter running the tests, whether or not its venv is on PATH.
     beside = Path(sys.executable).parent / "ccweb-index"

@@ -20,7 +20,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")  # always used with fullmatch
@@ -32,10 +32,10 @@ SESSION_NAME_RE = re.compile(r"([A-Za-z0-9_-]{1,128})\.json")  # always used wit
 # contract, so tests should not generate them.
 MAX_DEPTH = 500
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ONE_MS = timedelta(milliseconds=1)
-MIN_MS = (datetime(1, 1, 1, tzinfo=timezone.utc) - EPOCH) // ONE_MS  # 0001-01-01T00:00:00.000Z
-MAX_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc) - EPOCH) // ONE_MS
+MIN_MS = (datetime(1, 1, 1, tzinfo=UTC) - EPOCH) // ONE_MS  # 0001-01-01T00:00:00.000Z
+MAX_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC) - EPOCH) // ONE_MS
 
 TOOL1_LIMIT = (1, 50, 15)  # (minimum, maximum, default)
 TOOL1_MAX_CHARS = (1, 1000, 1000)

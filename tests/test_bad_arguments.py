@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 import reference
 from conftest import CCWEB_INDEX, Corpus, StdioClient, session, stdio_client_for
 from faults import OpenWatch, clean_env

@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ccweb_index.indexer import files, load
+from ccweb_index.server.service import Service
+
 import reference
 from conftest import Corpus, cli, session, stdio_client_for
 from faults import OpenWatch, can_mknod_device, permissions_apply, unprivileged_prefix
 from test_contract import same_answer
-
-from ccweb_index.indexer import files, load
-from ccweb_index.server.service import Service
 
 MAX_BYTES = 100_000
 SOURCE = "ok"

@@ -25,14 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import reference
-from conftest import CCWEB_INDEX, Corpus, StdioClient, cli, session, stdio_client_for, wait_until
-from faults import PipeLog, assert_consistent, clean_env, index_content, rlimit_prefix
-from test_contract import same_answer
 
 from ccweb_index.indexer import db as dbmod
 from ccweb_index.migrations import migrations
 from ccweb_index.server.service import Service
+
+import reference
+from conftest import CCWEB_INDEX, Corpus, StdioClient, cli, session, stdio_client_for, wait_until
+from faults import PipeLog, assert_consistent, clean_env, index_content, rlimit_prefix
+from test_contract import same_answer
 
 SOURCE = "orch"
 INPUTS = "ccweb_list_user_inputs"
@@ -250,9 +251,9 @@ def test_a_call_kept_from_the_index_by_its_own_process_answers_from_the_files(
 ) -> None:
     """Another thread of the same process (e.g. a long initial build) holds the index for longer than
     a call waits for it: the call answers from the files, correctly, and the index is used again."""
-    from ccweb_index.server import service as service_module
+    from ccweb_index.server import from_index
 
-    monkeypatch.setattr(service_module, "LOCK_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(from_index, "LOCK_WAIT_SECONDS", 0.2)
     corpus = Corpus(tmp_path / "sessions")
     make_corpus(corpus, sessions=2)
     svc = Service(corpus.path, tmp_path / "index.sqlite")
@@ -278,7 +279,7 @@ def test_a_call_kept_from_the_index_by_its_own_process_answers_from_the_files(
             release.set()
             holder.join(30)
         svc.indexer.reconcile = real  # type: ignore[method-assign]
-        assert svc.index is not None, "the index was given up for a lock held by the process itself"
+        assert svc.handle.is_open, "the index was given up for a lock held by the process itself"
         change(corpus, 1)
         result = svc.call(CONVERSATIONS, {}, SOURCE)
         same_answer((result.payload, result.is_error), reference.list_conversations(corpus.path, {}, SOURCE))
@@ -504,7 +505,7 @@ def test_a_schema_left_half_made_without_its_record_is_rebuilt(tmp_path: Path) -
     svc = Service(corpus.path, db)
     svc.start()
     try:
-        assert svc.index is not None
+        assert svc.handle.is_open
         result = svc.call(CONVERSATIONS, {"scope": "children"}, SOURCE)
         same_answer((result.payload, result.is_error), reference.list_conversations(corpus.path, {"scope": "children"}, SOURCE))
     finally:
@@ -544,7 +545,7 @@ def test_an_index_locked_at_start_is_waited_for_not_discarded(tmp_path: Path, mo
     try:
         try:
             svc.start()
-            assert svc.index is None
+            assert not svc.handle.is_open
             change(corpus, 0)
             check(svc, corpus)
         finally:
@@ -555,7 +556,7 @@ def test_an_index_locked_at_start_is_waited_for_not_discarded(tmp_path: Path, mo
         def answered_from_the_index() -> bool:
             result = svc.call(CONVERSATIONS, {}, SOURCE)
             same_answer((result.payload, result.is_error), reference.list_conversations(corpus.path, {}, SOURCE))
-            return svc.index is not None
+            return svc.handle.is_open
 
         assert wait_until(answered_from_the_index, timeout=30)
         assert db.stat().st_ino == inode

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Corpus, session
 from ccweb_index.indexer import load
 from ccweb_index.server.service import Service
+
+from conftest import Corpus, session
 
 
 def make_corpus(corpus: Corpus) -> None:

@@ -7,7 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
+
 from ccweb_index.indexer import files
+
 from conftest import Corpus, cli, session
 
 

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Corpus, cli, session, stdio_client_for, wait_until
 
 from ccweb_index.indexer.files import dir_identity
 from ccweb_index.indexer.watch import InotifyWatcher, PollingWatcher
 from ccweb_index.server.service import Service
+
+from conftest import Corpus, cli, session, stdio_client_for, wait_until
 
 SOURCE = "orch"
 INPUTS = "ccweb_list_user_inputs"

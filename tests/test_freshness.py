@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from conftest import Corpus, session, snapshot, stdio_client_for
 from ccweb_index.server.service import Service
+
+from conftest import Corpus, session, snapshot, stdio_client_for
 
 SOURCE = "orch"
 

@@ -14,11 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ccweb_index.indexer.stored import stored_head
+from ccweb_index.server.service import Service
+from ccweb_index.server.tools import StoredInput, user_inputs_answer
+
 import reference
 import strategies as gen
 from conftest import stdio_client_for
-from ccweb_index.server.service import Service
-from ccweb_index.server.tools import StoredInput, user_inputs_answer
 from test_contract import same_answer
 
 
@@ -105,7 +107,8 @@ def test_answers_follow_rewrites(
     max_chars=st.integers(1, 1000),
 )
 def test_budget_allocation_properties(texts: list[str], limit: int, max_chars: int) -> None:
-    stored = [StoredInput(f"m{n}", None, text) for n, text in enumerate(texts)]
+    # As the index stores them: the head and the full length (indexer.stored).
+    stored = [StoredInput(f"m{n}", None, stored_head(text), len(text)) for n, text in enumerate(texts)]
     answer = user_inputs_answer("c", limit, max_chars, len(stored), list(reversed(stored))[:limit])
     returned = answer["inputs"]
     recent = texts[-limit:]

@@ -236,11 +236,12 @@ def test_token_right_wrong_missing(shared: tuple[HttpServer, Corpus, Path]) -> N
     assert accepted.status_code == 200
     assert accepted.json()["result"]["serverInfo"]["name"] == "ccweb-index"
 
-    # Through the SDK's client: the wrong token gets nowhere, the right one answers.
-    with pytest.raises(BaseException):
+    # Through the SDK's client: the wrong token gets nowhere, the right one answers. (What the client
+    # raises for a 401 is its own affair, wrapped by its task groups: any failure will do.)
+    with pytest.raises(BaseException):  # noqa: B017
         with http_client_for(server.url, token="wrong", source="orchA") as client:
             client.call(LIST_INPUTS)
-    with pytest.raises(BaseException):
+    with pytest.raises(BaseException):  # noqa: B017
         with http_client_for(server.url, token=None, source="orchA") as client:
             client.call(LIST_INPUTS)
     with http_client_for(server.url, source="orchA") as client:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import loadtest
 import pytest
+
+import loadtest
 from conftest import THOROUGH
 from loadtest import CONVERSATIONS, INPUTS, LoadSpec, Oracle, Timeline, check_call
 

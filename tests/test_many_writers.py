@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Corpus, cli, session
 
 from ccweb_index.server.service import Service
+
+from conftest import Corpus, cli, session
 
 CONVERSATIONS = "ccweb_list_conversations"
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from ccweb_index.indexer.tuning import BUSY_TIMEOUT_ENV, RACY_WINDOW_ENV, milliseconds_from_env
 
 # What a fresh process makes of the variables: the constants, and the busy timeout a connection gets.

@@ -1,0 +1,217 @@
+"""The index this process uses: opening it, replacing it when its files go wrong, backing off.
+
+What happens when the index fails (docs/reliability.md):
+
+- Before each use, a few stats tell whether the index's files are still the ones this process
+  opened (`Index.problem`); if they were deleted, replaced, truncated, or lost their `-wal` /
+  `-shm`, the index is replaced by a new one, which must be brought in line with the files
+  (`needs_reconcile`) before it is used.
+- A damaged database (`IndexBroken`) or one moved under its connection (`IndexMoved`) is replaced
+  the same way at its next use.
+- An index that cannot be used now (`IndexBusy`, `IndexUnavailable`: locked beyond the busy
+  timeout, the disk full, not writable, not openable) is left alone: the call that met the failure,
+  and the calls of a short, growing back-off period after it, answer from the session files.
+- Each fault is logged once when it starts (and at INFO when it ends), never once per call.
+
+One re-entrant lock guards the handle and its connection; the `Indexer` and the service share it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from ccweb_index.indexer.db import Index, open_handle
+from ccweb_index.indexer.errors import (
+    IndexBroken,
+    IndexBusy,
+    IndexFailure,
+    IndexMoved,
+    IndexUnavailable,
+    translate,
+)
+from ccweb_index.indexer.faultlog import FaultLog
+
+log = logging.getLogger("ccweb_index")
+
+# After the index failed a call, calls answer from the files for this long, doubling up to the maximum.
+BACK_OFF_SECONDS = (1.0, 30.0)
+
+
+class IndexHandle:
+    """Owns the open index (or why there is none), its replacement, and the back-off after failures."""
+
+    def __init__(self, path: Path, sessions_dir: str) -> None:
+        self.path = path
+        self.sessions_dir = sessions_dir
+        self.lock = threading.RLock()
+        self._index: Index | None = None
+        self._reason = "not opened yet"
+        self._faults = FaultLog()
+        self._retry_at = 0.0  # monotonic time before which calls do not try the index
+        self._back_off = 0.0
+        self._replace: str | None = None  # why the index must be replaced before it is used again
+        self._faulty = False
+        self._needs_reconcile = False  # a replaced index is empty until brought in line
+
+    # --- state ------------------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self._index is not None
+
+    @property
+    def reason(self) -> str:
+        """Why there is no open index (meaningful while `is_open` is false)."""
+        return self._reason
+
+    @property
+    def needs_reconcile(self) -> bool:
+        """The index was (re)opened after a failure and does not reflect the files yet."""
+        return self._needs_reconcile
+
+    def reconciled(self) -> None:
+        """Every file was compared with the index: it is in line again."""
+        self._needs_reconcile = False
+
+    def may_try(self) -> bool:
+        """Whether calls may use the index now (no back-off period is running)."""
+        return time.monotonic() >= self._retry_at
+
+    def total_changes(self) -> int:
+        """Rows written through this connection so far: a call compares it to see whether it wrote."""
+        return 0 if self._index is None else self._index.conn.total_changes
+
+    # --- using it ---------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        """The open connection, under the lock; its sqlite3 errors come out as IndexFailure types."""
+        with self.lock:
+            if self._index is None:
+                raise IndexUnavailable(f"the index is not open ({self._reason})")
+            try:
+                yield self._index.conn
+            except sqlite3.Error as exc:
+                raise translate(exc) from exc
+
+    @contextlib.contextmanager
+    def locked(self, timeout: float) -> Iterator[None]:
+        """The lock, or IndexBusy after `timeout` seconds (another call or a build holds it)."""
+        if not self.lock.acquire(timeout=timeout):
+            raise IndexBusy("another call or the initial indexing has held the index for too long")
+        try:
+            yield
+        finally:
+            self.lock.release()
+
+    # --- opening, replacing -----------------------------------------------------------------------
+
+    def open(self) -> bool:
+        """Open the index at the path. Under the lock. IndexMismatch is a configuration error."""
+        return self._open(None)
+
+    def ready(self) -> None:
+        """Make sure the index in use is the one at the path: replace it if its files went wrong, or
+        re-open a lost one once the back-off has passed. Under the lock.
+
+        Raises IndexUnavailable when there is no usable index now.
+        """
+        if self._index is not None:
+            problem = self._replace or self._index.problem()
+            if problem is not None:
+                if self._replace is None:  # else failed() has said it
+                    self._faulty = True
+                    self._faults.begin(
+                        f"the index {self.path}: {problem}; replacing it and rebuilding it from the session files"
+                    )
+                self._needs_reconcile = True
+                self._open(self._index)
+        elif self.may_try() and self._open(None):
+            self._needs_reconcile = True
+        if self._index is None:
+            raise IndexUnavailable(self._reason)
+
+    def close(self) -> None:
+        with self.lock:
+            if self._index is not None:
+                self._index.close()
+                self._index = None
+            self._reason = "closed"
+
+    def _open(self, replacing: Index | None) -> bool:
+        try:
+            index = open_handle(self.path, self.sessions_dir, replacing=replacing)
+        except (IndexFailure, OSError) as exc:
+            self._index = None
+            self._reason = str(exc)
+            self._start_back_off()
+            self._faults.begin(
+                f"cannot open the index {self.path} ({exc}); answering from the session files until it can be opened"
+            )
+            return False
+        self._index = index
+        self._replace = None
+        self._faults.end(f"the index {self.path} is open")
+        return True
+
+    # --- failing, recovering ----------------------------------------------------------------------
+
+    def worked(self, wrote: bool) -> None:
+        """A call was answered from the index. A fault ends only when a write went through (this
+        call's or another thread's): a read proves nothing about a lock or a full disk."""
+        if self._faulty and wrote:
+            self._faulty = False
+            self._back_off = 0.0
+            self._retry_at = 0.0
+            self._faults.end(f"the index {self.path} works again")
+
+    def failed(self, exc: BaseException, *, background: bool = False) -> None:
+        """Log what happened (once) and decide what happens next.
+
+        IndexBroken and IndexMoved mark the index for replacement at its next use. Anything else
+        starts (or extends) the back-off during which calls answer from the files, unless it happened
+        in the background (the watcher's applier, which retries by itself): its retries would keep
+        the calls from ever trying the index again.
+        """
+        self._faulty = True
+        message = self._describe(exc)
+        if message is not None:
+            self._faults.begin(message)
+        if isinstance(exc, IndexBroken):
+            self._replace = "it is damaged"
+        elif isinstance(exc, IndexMoved):
+            self._replace = "it was deleted or replaced"
+        elif not background:
+            self._start_back_off()
+
+    def _describe(self, exc: BaseException) -> str | None:
+        path = self.path
+        if isinstance(exc, (IndexUnavailable, IndexBusy)) and self._index is None:
+            return None  # there is no index, which was said when opening it failed
+        if isinstance(exc, IndexBusy):
+            return f"the index {path} is locked ({exc}); answering from the session files meanwhile"
+        if isinstance(exc, IndexBroken):
+            return f"the index {path} is damaged ({exc}); rebuilding it from the session files"
+        if isinstance(exc, IndexMoved):
+            return (
+                f"the index {path} was deleted or replaced while in use; replacing it and rebuilding it from the "
+                "session files"
+            )
+        if isinstance(exc, IndexUnavailable):
+            return f"the index {path} cannot be used ({exc}); answering from the session files until it can"
+        if isinstance(exc, OSError):  # from the sessions directory itself (files' errors are per file)
+            return f"the sessions directory {self.sessions_dir} cannot be read ({exc.strerror or exc})"
+        message = f"unexpected {type(exc).__name__} while using the index ({exc}); answering from the session files"
+        if self._faults.active() != message:
+            log.error("%s", message, exc_info=exc)
+        return message
+
+    def _start_back_off(self) -> None:
+        self._back_off = min(max(self._back_off * 2, BACK_OFF_SECONDS[0]), BACK_OFF_SECONDS[1])
+        self._retry_at = time.monotonic() + self._back_off

@@ -1,0 +1,187 @@
+"""Keeping the index private, and out of the sessions directory.
+
+The index holds copies of the user's messages, so its files get the protection cc-web gives the
+session files: the directories this code creates are 0700 and the index files 0600, whatever the
+umask. SQLite creates the `-wal` and `-shm` files itself, giving them the mode of the database file
+(it fchmods them, ignoring the umask), so the database file is made 0600 before SQLite first opens
+it. Existing index files that others can read are tightened; a directory the user chose (the parent
+of `--db`) is never chmodded, only warned about (see docs/decisions.md, "Private index files").
+
+The sessions directory is only ever read: an index path that resolves inside it is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from ccweb_index.indexer.errors import IndexInsideSessions
+
+log = logging.getLogger("ccweb_index")
+
+PRIVATE_UMASK = 0o077
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+OTHERS = 0o077  # the group and world permission bits
+INDEX_SUFFIXES = ("", "-wal", "-shm", ".lock")  # the database and the files beside it
+
+# The umask belongs to the process: one lock so that two threads cannot interleave their
+# save/restore and leave the process with the wrong umask.
+_umask_lock = threading.RLock()
+_warned: set[str] = set()  # a problem that cannot be fixed is logged once per process
+
+
+@contextlib.contextmanager
+def private_umask() -> Iterator[None]:
+    """Files and directories created inside are readable by their owner only."""
+    with _umask_lock:
+        old = os.umask(PRIVATE_UMASK)
+        try:
+            yield
+        finally:
+            os.umask(old)
+
+
+def make_private_dir(directory: Path, *, ours: bool) -> None:
+    """Create `directory` (and missing parents) 0700. `ours`: the directory is this program's own
+    (the cache directory), so an existing one that others can enter is tightened; otherwise the
+    user chose it and gets a warning instead."""
+    with private_umask():
+        directory.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+    st = os.stat(directory)
+    if not st.st_mode & OTHERS:
+        return
+    if ours and _owned(st):
+        os.chmod(directory, stat.S_IMODE(st.st_mode) & ~OTHERS)
+        log.warning("the index directory %s was open to other users (mode %s); made it %s",
+                    directory, _octal(st.st_mode), _octal(st.st_mode & ~OTHERS))  # fmt: skip
+        return
+    _warn_dir(directory, st)
+
+
+def open_private(path: str) -> int:
+    """Open `path` for reading and writing, creating it 0600; an existing one is tightened first."""
+    with private_umask():
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    try:
+        _tighten_fd(fd, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def prepare_database(path: Path) -> None:
+    """Before SQLite opens `path`: the database exists and is 0600 (so the `-wal` and `-shm` SQLite
+    creates are too), and any `-wal` / `-shm` left by an earlier run is tightened."""
+    os.close(open_private(str(path)))
+    for suffix in ("-wal", "-shm"):
+        tighten(f"{path}{suffix}")
+
+
+def tighten(path: str) -> None:
+    """Remove the group and world bits of an existing index file (nothing if it does not exist)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return  # absent, or not ours to open: reported by `modes`, and SQLite will fail clearly
+    try:
+        _tighten_fd(fd, path)
+    finally:
+        os.close(fd)
+
+
+def _tighten_fd(fd: int, path: str) -> None:
+    st = os.fstat(fd)
+    if not st.st_mode & OTHERS:
+        return
+    if _owned(st):
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~OTHERS)
+        log.info("the index file %s was readable by other users (mode %s); made it private", path, _octal(st.st_mode))
+        return
+    _warn_once(path, f"the index file {path} is open to other users (mode {_octal(st.st_mode)}); {fix(path, st)}")
+
+
+def _warn_dir(directory: Path, st: os.stat_result) -> None:
+    _warn_once(str(directory), f"the index directory {directory} is open to other users (mode "
+                               f"{_octal(st.st_mode)}): they can see the index files' names, sizes and "
+                               f"times, so when you are active; {fix(str(directory), st)}")  # fmt: skip
+
+
+def fix(name: str, st: os.stat_result) -> str:
+    """What the user should do about `name` being open to other users."""
+    if stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX:  # shared, like /tmp: chmod is not the fix
+        return "use a --db in a directory of your own (e.g. the default, in your cache directory)"
+    return f"run `chmod go-rwx {name}`" + ("" if _owned(st) else f" as its owner (uid {st.st_uid})")
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning("%s", message)
+
+
+def _owned(st: os.stat_result) -> bool:
+    # root may chmod anything, but a file of another user is theirs to decide about
+    return st.st_uid == os.geteuid()
+
+
+def _octal(mode: int) -> str:
+    return f"{stat.S_IMODE(mode):04o}"
+
+
+def modes(path: Path) -> list[tuple[str, str, str | None]]:
+    """The index directory and files that exist: each with its mode, and what to do if others can use it."""
+    found = []
+    for name in (str(path.parent), *(f"{path}{suffix}" for suffix in INDEX_SUFFIXES)):
+        try:
+            st = os.stat(name)
+        except OSError:
+            continue
+        found.append((name, _octal(st.st_mode), fix(name, st) if st.st_mode & OTHERS else None))
+    return found
+
+
+# --- the sessions directory is only ever read ---------------------------------------------------
+
+
+def refuse_inside_sessions(db: str | os.PathLike[str], sessions_dir: str | os.PathLike[str]) -> None:
+    """Raise IndexInsideSessions when `db` resolves (through symlinks, also of a parent of a file
+    that does not exist yet) to the sessions directory or anywhere under it."""
+    real_db = os.path.realpath(db)
+    real_sessions = os.path.realpath(sessions_dir)
+    inside = os.path.commonpath([real_db, real_sessions]) == real_sessions
+    if not inside:
+        inside = _under_same_directory(real_db, real_sessions)
+    if inside:
+        raise IndexInsideSessions(
+            f"the index {_resolved(db, real_db)} is inside the sessions directory "
+            f"{_resolved(sessions_dir, real_sessions)}, which is only ever read; choose an index path outside it"
+        )
+
+
+def _resolved(given: str | os.PathLike[str], real: str) -> str:
+    return str(given) if os.path.abspath(given) == real else f"{given} (resolving to {real})"
+
+
+def _under_same_directory(real_db: str, real_sessions: str) -> bool:
+    # The same directory can have two paths (a bind mount): compare identities up the tree.
+    try:
+        target = os.stat(real_sessions)
+    except OSError:
+        return False
+    current = real_db
+    while True:
+        with contextlib.suppress(OSError):
+            st = os.stat(current)
+            if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
+                return True
+        parent = os.path.dirname(current)
+        if parent == current:
+            return False
+        current = parent

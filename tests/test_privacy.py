@@ -1,0 +1,308 @@
+"""Issue #11, the local part: the index is private whatever the umask, checked as another user too,
+and never lands inside the sessions directory."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pwd
+import select
+import shutil
+import signal
+import sqlite3
+import stat
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ccweb_index.indexer.db import open_handle, open_index
+from ccweb_index.indexer.private import INDEX_SUFFIXES
+from ccweb_index.server.cli import main
+from ccweb_index.server.service import Service
+
+from conftest import Corpus, session, snapshot
+
+
+def mode(path: Path | str) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def index_files(db: Path) -> list[str]:
+    return [f"{db}{suffix}" for suffix in INDEX_SUFFIXES]
+
+
+@pytest.fixture
+def umask() -> Iterator[object]:
+    """Set the process umask for one test (it is process-wide), restoring it afterwards."""
+    saved = os.umask(0o022)
+    os.umask(saved)
+    try:
+        yield os.umask
+    finally:
+        os.umask(saved)
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The user cache directory (platformdirs follows XDG_CACHE_HOME): where the default index goes."""
+    home = tmp_path / "xdg-cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    return home / "ccweb-index"
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> object:
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+# --- modes whatever the umask --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0o000, 0o022])
+def test_a_new_index_and_the_files_sqlite_makes_are_private(corpus: Corpus, db_path: Path, umask, value: int) -> None:
+    corpus.write("a", session("secret"))
+    umask(value)
+    index = open_handle(db_path, str(corpus.path))
+    try:
+        # The migrations wrote through the WAL: SQLite created -wal and -shm itself, while open.
+        assert all(os.path.exists(name) for name in index_files(db_path))
+        assert mode(db_path.parent) == 0o700
+        assert {name: mode(name) for name in index_files(db_path)} == dict.fromkeys(index_files(db_path), 0o600)
+    finally:
+        index.close()
+    assert os.umask(value) == value, "the umask is given back"
+
+
+@pytest.mark.parametrize("value", [0o000, 0o022])
+def test_the_default_cache_directory_is_created_private(corpus: Corpus, cache: Path, umask, value: int) -> None:
+    corpus.write("a", session("secret"))
+    umask(value)
+    result = cli("build", "--sessions-dir", str(corpus.path))
+    assert result.exit_code == 0, result.output
+    (db,) = cache.glob("*.sqlite")
+    assert mode(cache) == 0o700
+    assert mode(cache.parent) == 0o700, "a cache root we had to create is private too"
+    assert mode(db) == 0o600 and mode(f"{db}.lock") == 0o600
+
+
+def test_an_existing_index_open_to_others_is_tightened(corpus: Corpus, cache: Path) -> None:
+    corpus.write("a", session("secret"))
+    assert cli("build", "--sessions-dir", str(corpus.path)).exit_code == 0
+    (db,) = cache.glob("*.sqlite")
+    Path(f"{db}-wal").write_bytes(b"")  # as a crashed process of an older version would leave it
+    for name in (db, f"{db}.lock", f"{db}-wal"):
+        os.chmod(name, 0o644)
+    os.chmod(cache, 0o755)
+
+    result = cli("status", "--sessions-dir", str(corpus.path))
+    assert result.exit_code == 0, result.output
+    assert mode(cache) == 0o700
+    assert mode(db) == 0o600 and mode(f"{db}.lock") == 0o600  # the -wal and -shm went with the last connection
+    assert f"mode 0700 {cache} (private)" in result.output
+    for name in index_files(db):  # status shows them while its connection is open
+        assert f"mode 0600 {name} (private)" in result.output
+
+
+def test_a_directory_the_user_chose_is_warned_about_not_changed(
+    corpus: Corpus, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    os.chmod(shared, 0o755)
+    db = shared / "index.sqlite"
+    with caplog.at_level(logging.WARNING, logger="ccweb_index"):
+        open_index(db, str(corpus.path)).close()
+    assert mode(shared) == 0o755, "not ours to chmod"
+    assert mode(db) == 0o600
+    assert f"run `chmod go-rwx {shared}`" in caplog.text
+
+    result = cli("status", "--sessions-dir", str(corpus.path), "--db", str(db))
+    assert f"mode 0755 {shared} (open to other users: run `chmod go-rwx {shared}`)" in result.output
+
+
+def test_a_shared_sticky_directory_gets_advice_to_move_not_to_chmod(
+    corpus: Corpus, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    shared = tmp_path / "like-tmp"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    with caplog.at_level(logging.WARNING, logger="ccweb_index"):
+        open_index(shared / "index.sqlite", str(corpus.path)).close()
+    assert mode(shared) == 0o1777
+    assert "use a --db in a directory of your own" in caplog.text
+    assert "chmod" not in caplog.text
+
+
+# --- as another user -----------------------------------------------------------------------------
+
+
+def as_nobody(paths: list[str]) -> dict[str, str]:
+    """In a forked child that dropped to `nobody`: what reading each path gives ("read" or the
+    error), and what SQLite's immutable open of the first one gives (the attack in issue #11)."""
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("there is no `nobody` user to read as")
+    if os.geteuid() != 0:
+        pytest.skip("dropping to another uid needs root; the mode tests above cover this case")
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest machinery from here on, only os._exit
+        try:
+            os.close(reader)
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            os.write(writer, json.dumps(_attempts(paths)).encode())
+        finally:
+            os._exit(0)
+    os.close(writer)
+    try:
+        ready, _, _ = select.select([reader], [], [], 30)
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+            pytest.fail("the child reading as nobody hung")
+        with os.fdopen(reader, "rb") as pipe:
+            return json.loads(pipe.read() or b"{}")
+    finally:
+        os.waitpid(pid, 0)
+
+
+def _attempts(paths: list[str]) -> dict[str, str]:
+    found = {}
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                f.read(1)
+            found[path] = "read"
+        except OSError as exc:
+            found[path] = type(exc).__name__
+    try:
+        conn = sqlite3.connect(f"file:{paths[0]}?immutable=1", uri=True)
+        found["sql"] = repr(conn.execute("SELECT content FROM user_inputs").fetchall())
+    except sqlite3.Error as exc:
+        found["sql"] = type(exc).__name__
+    return found
+
+
+@pytest.fixture
+def shared_base() -> Iterator[Path]:
+    # Every directory up to here must be enterable by nobody, or the check proves nothing:
+    # pytest's tmp_path lives under a 0700 directory.
+    base = Path(tempfile.mkdtemp(prefix="ccweb-privacy-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base)
+
+
+def test_another_user_cannot_read_an_index_in_a_shared_directory(shared_base: Path, umask) -> None:
+    umask(0o022)
+    sessions = shared_base / "sessions"
+    Corpus(sessions).write("a", session("my secret"))
+    os.chmod(sessions, 0o700)
+    shared = shared_base / "shared"
+    shared.mkdir(mode=0o755)
+    control = shared / "control"
+    control.write_bytes(b"x")  # 0644: proves nobody can reach this directory's files at all
+    db = shared / "index.sqlite"
+    service = Service(sessions, db)  # held open: the -wal and -shm exist
+    try:
+        service.indexer.reconcile()
+        assert "my secret" in json.dumps(service.call("ccweb_list_user_inputs", {"conversationId": "a"}, None).text())
+        seen = as_nobody([str(db), *index_files(db)[1:], str(control)])
+    finally:
+        service.close()
+    assert seen.pop(str(control)) == "read"
+    assert seen.pop("sql") in ("OperationalError", "DatabaseError")
+    assert set(seen.values()) == {"PermissionError"}, seen
+
+
+def test_another_user_cannot_enter_the_default_cache_directory(
+    shared_base: Path, monkeypatch: pytest.MonkeyPatch, umask
+) -> None:
+    umask(0o022)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(shared_base / "cache"))
+    sessions = Corpus(shared_base / "sessions")
+    sessions.write("a", session("my secret"))
+    assert cli("build", "--sessions-dir", str(sessions.path)).exit_code == 0
+    os.chmod(shared_base / "cache", 0o755)  # a cache root that exists already, open to all
+    (db,) = (shared_base / "cache" / "ccweb-index").glob("*.sqlite")
+    seen = as_nobody([str(db), f"{db}.lock"])
+    assert seen == {str(db): "PermissionError", f"{db}.lock": "PermissionError", "sql": "OperationalError"}
+
+
+# --- never inside the sessions directory ----------------------------------------------------------
+
+
+COMMANDS = [
+    ("build",),
+    ("watch",),
+    ("status",),
+    ("call", "ccweb_list_conversations"),
+    ("serve",),
+    ("serve", "--transport", "http", "--port", "0"),
+]
+
+
+def inside_cases(tmp_path: Path, sessions: Path) -> list[tuple[str, str]]:
+    """(sessions dir as given, db as given) pairs whose db resolves inside the sessions directory."""
+    link = tmp_path / "link-to-sessions"
+    link.symlink_to(sessions)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "into").symlink_to(sessions / "sub", target_is_directory=True)
+    (sessions / "sub").mkdir()
+    return [
+        (str(sessions), str(sessions / "evil.json")),
+        (str(sessions), str(sessions / "sub" / "x.sqlite")),
+        (str(sessions), str(sessions / "new" / "deeper" / "x.sqlite")),
+        (str(sessions), str(link / "x.sqlite")),  # a symlink into the sessions directory
+        (str(link), str(sessions / "x.sqlite")),  # the sessions directory given through a symlink
+        (str(sessions), str(elsewhere / "into" / "new.sqlite")),  # a new file in a symlinked parent
+        (str(sessions), str(tmp_path / "other" / ".." / "sessions" / "x.sqlite")),
+    ]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_an_index_inside_the_sessions_directory_is_refused(corpus: Corpus, tmp_path: Path, command: tuple[str, ...]) -> None:
+    corpus.write("a", session("x"))
+    for sessions, db in inside_cases(tmp_path, corpus.path):
+        before = snapshot(corpus.path)
+        for how in ("option", "env"):
+            if how == "option":
+                result = cli(*command, "--sessions-dir", sessions, "--db", db)
+            else:
+                result = cli(*command, env={"CCWEB_SESSIONS_DIR": sessions, "CCWEB_INDEX_DB": db})
+            assert result.exit_code == 2, (how, db, result.output)
+            message = " ".join(result.output.split())  # click wraps long lines
+            assert db in message and os.path.realpath(sessions) in message, message
+            assert "only ever read" in message
+            assert snapshot(corpus.path) == before, f"{db} wrote into the sessions directory"
+
+
+def test_an_index_beside_the_sessions_directory_is_accepted(corpus: Corpus, tmp_path: Path) -> None:
+    corpus.write("a", session("x"))
+    db = tmp_path / f"{corpus.path.name}-index" / "x.sqlite"  # shares the name as a prefix, not the directory
+    result = cli("build", "--sessions-dir", str(corpus.path), "--db", str(db))
+    assert result.exit_code == 0, result.output
+    assert db.exists()
+
+
+def test_an_index_inside_a_bind_mount_of_the_sessions_directory_is_refused(corpus: Corpus, tmp_path: Path) -> None:
+    # realpath cannot see through a bind mount; the device-and-inode walk up the tree does.
+    view = tmp_path / "view"
+    view.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "--bind", str(corpus.path), str(view)], capture_output=True).returncode:
+        pytest.skip("cannot bind-mount here (needs root and mount rights)")
+    try:
+        result = cli("build", "--sessions-dir", str(corpus.path), "--db", str(view / "x.sqlite"))
+        assert result.exit_code == 2, result.output
+        assert not (corpus.path / "x.sqlite").exists()
+    finally:
+        subprocess.run(["umount", str(view)], check=True)
