@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ccweb_index.indexer.tuning import RACY_WINDOW_ENV
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,6 +29,7 @@ def latencies_in_order(case: dict[str, Any]) -> None:
     assert case["min_ms"] <= case["mean_ms"] <= case["max_ms"], case
 
 
+@pytest.mark.timeout(300)  # two corpus profiles, a dozen server starts: beyond the default on a busy machine
 def test_bench_run_quick_reports_every_figure(tmp_path: Path) -> None:
     out_dir = tmp_path / "out"
     command = [
