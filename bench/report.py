@@ -237,6 +237,8 @@ def _header(out: dict[str, Any]) -> list[str]:
                 f" + uncommitted changes to {len(dirty)} file(s), of the product: "
                 + (", ".join(f"`{f}`" for f in git.get("dirty_product_files") or []) or "none")
                 if dirty else "")],
+            ["timing settings", ", ".join(f"`{k}={v}`" for k, v in (out.get("timing_settings") or {}).items())
+             or "defaults"],
         ],
     )  # fmt: skip
     lines += [""]

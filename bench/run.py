@@ -47,6 +47,7 @@ import msgspec
 from bench import report
 from bench.common import (
     REPO,
+    TIMING_SETTINGS,
     ccweb_index_command,
     clean_env,
     median,
@@ -55,11 +56,13 @@ from bench.common import (
     read_all_files,
     run_measured,
 )
+from ccweb_index.indexer.files import RACY_WINDOW_NS
 
 TOOL_INPUTS = "ccweb_list_user_inputs"
 TOOL_CONVERSATIONS = "ccweb_list_conversations"
 SCALES = ("main", "small")
-RACY_WAIT_S = 2.1  # files written less than 2 s before they are indexed are re-read later (racy)
+# Files written less than the racy window before they are indexed are re-read later (racy).
+RACY_WAIT_S = RACY_WINDOW_NS / 1e9 + 0.1
 
 
 @dataclass
@@ -333,8 +336,8 @@ def rebuild_step(run: Run, scale: Scale) -> dict[str, Any]:
         with open(path, "r+b") as f:
             f.write(original)
             f.truncate()
-    # Let the restored file settle before indexing it: an entry recorded within 2 s of the file's
-    # ctime is "racy" and re-read at every look, which would slow the calls measured next.
+    # Let the restored file settle before indexing it: an entry recorded within the racy window of the
+    # file's ctime is "racy" and re-read at every look, which would slow the calls measured next.
     time.sleep(RACY_WAIT_S)
     _reconcile_in_process(scale)
     result.update(
@@ -657,6 +660,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info(args),
         "git": {**_git(), "product_digest_at_start": product_digest()},
         "config": {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()},
+        "timing_settings": {name: os.environ[name] for name in TIMING_SETTINGS if name in os.environ},
         "profiles": {},  # per corpus profile: steps, errors, targets, missing_figures
         "errors": {},
     }

@@ -31,6 +31,7 @@ from sqlite_utils import Database
 from ccweb_index.indexer.errors import IndexBroken, IndexMismatch, IndexUnavailable, translate
 from ccweb_index.indexer.private import make_private_dir, open_private, prepare_database, refuse_inside_sessions
 from ccweb_index.indexer.stored import STORED_CHARS_KEY, STORED_INPUT_CHARS
+from ccweb_index.indexer.tuning import BUSY_TIMEOUT_ENV, milliseconds_from_env
 from ccweb_index.migrations import migrations
 
 log = logging.getLogger("ccweb_index")
@@ -39,7 +40,8 @@ log = logging.getLogger("ccweb_index")
 # gives up answers from the session files (server.service), so this bounds how long a lock held
 # elsewhere can delay an answer; our own write transactions are short (indexer.refresh bounds them
 # by _BATCH_FILES and _BATCH_BYTES).
-BUSY_TIMEOUT_MS = 5_000
+# CCWEB_INDEX_BUSY_TIMEOUT_MS overrides it (tests use a short one).
+BUSY_TIMEOUT_MS = milliseconds_from_env(BUSY_TIMEOUT_ENV, 5_000)
 # How long opening waits for another process that is creating, migrating or rebuilding the index.
 OPEN_LOCK_TIMEOUT_SECONDS = 10.0
 _SIDE_FILES = ("-wal", "-shm")

@@ -30,11 +30,14 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ccweb_index.indexer.sessionfile import session_id_from_name
+from ccweb_index.indexer.tuning import RACY_WINDOW_ENV, milliseconds_from_env
 
 log = logging.getLogger("ccweb_index")
 
 # Covers the coarsest timestamp granularity we expect (2 s on FAT/SMB; one clock tick on ext4/tmpfs).
-RACY_WINDOW_NS = 2_000_000_000
+# CCWEB_INDEX_RACY_WINDOW_MS overrides it (tests use a short one; shorter than the filesystem's
+# timestamp granularity, a change in the same tick as the last read could go unseen).
+RACY_WINDOW_NS = milliseconds_from_env(RACY_WINDOW_ENV, 2_000) * 1_000_000
 DEFAULT_MAX_SESSION_BYTES = 256 * 1024 * 1024
 _READ_ATTEMPTS = 3
 

@@ -147,9 +147,15 @@ class _DirtySet:
             since = self.oldest_pending_at
             return (0.0 if since is None else time.monotonic() - since), len(self._ids)
 
-    def wait(self, timeout: float) -> bool:
+    def wait(self, timeout: float, stopping: threading.Event) -> bool:
+        """Whether there is something to take, once there is or `stopping` is set (see `wake`)."""
         with self._cond:
-            return self._cond.wait_for(lambda: bool(self._ids) or self._overflow, timeout)
+            self._cond.wait_for(lambda: self._ids or self._overflow or stopping.is_set(), timeout)
+            return bool(self._ids or self._overflow) and not stopping.is_set()
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
 
     def __len__(self) -> int:
         with self._cond:
@@ -188,7 +194,7 @@ class _Applier(threading.Thread):
     def run(self) -> None:
         delay = deferred_delay = 0.0
         while not self._stopping.is_set():
-            if not self.dirty.wait(0.2):
+            if not self.dirty.wait(0.2, self._stopping):
                 continue
             time.sleep(COALESCE_SECONDS)
             try:
@@ -210,6 +216,7 @@ class _Applier(threading.Thread):
 
     def stop(self) -> None:
         self._stopping.set()
+        self.dirty.wake()  # so that stopping does not wait out the applier's poll
 
 
 def _longer(delay: float, bounds: tuple[float, float]) -> float:

@@ -11,11 +11,13 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
+from click.testing import CliRunner
 from hypothesis import HealthCheck, settings
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
@@ -28,7 +30,9 @@ def _installed_command() -> str | None:
 
 CCWEB_INDEX = _installed_command()
 
-# "ci" keeps the suite fast; HYPOTHESIS_PROFILE=long is the thorough run (thousands of examples).
+# "ci" keeps the suite fast; HYPOTHESIS_PROFILE=long is the thorough run: thousands of examples, and
+# the tests marked `slow` at full size (`HYPOTHESIS_PROFILE=long python -m pytest -m slow --timeout=0`).
+THOROUGH = os.environ.get("HYPOTHESIS_PROFILE", "ci") == "long"
 settings.register_profile(
     "ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
@@ -130,6 +134,30 @@ def snapshot(directory: Path) -> dict[str, tuple[Any, ...]]:
     st = os.stat(directory)
     result["."] = (st.st_mode, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
     return result
+
+
+# --- the command, in-process -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> CliResult:
+    """`ccweb-index ARGS`, run in this process through click's CliRunner: the same commands without
+    an interpreter start-up each. No CCWEB_ variable of the test run's environment is seen, only
+    those in `env`. An exception the command does not turn into a message fails the test with its
+    traceback (a subprocess would have printed it). Commands that need a process of their own
+    (`serve`, a `build` killed half-way, `watch` until a signal) are started as subprocesses."""
+    from ccweb_index.server.cli import main
+
+    overrides: dict[str, str | None] = {k: None for k in os.environ if k.startswith("CCWEB_")}
+    overrides.update(env or {})
+    result = CliRunner().invoke(main, list(args), env=overrides, catch_exceptions=False)
+    return CliResult(result.exit_code, result.stdout, result.stderr)
 
 
 # --- a real MCP client over stdio, usable from synchronous tests ---------------------------------

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import CCWEB_INDEX
+from conftest import cli
 
 IN_ACCESS = 0x001
 IN_OPEN = 0x020
@@ -86,13 +86,6 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CCWEB_")}
     env.update(extra)
     return env
-
-
-def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CCWEB_INDEX, *args], capture_output=True, text=True, env=env or clean_env(), timeout=timeout,
-        stdin=subprocess.DEVNULL, **kwargs,
-    )  # fmt: skip
 
 
 def call_json(sessions: Path, db: Path, tool: str, arguments: dict[str, Any], source: str | None = None,

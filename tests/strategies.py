@@ -1,6 +1,7 @@
 """Hypothesis strategies for cc-web session files and tool arguments.
 
-All sizes are small so a CI profile runs fast. Generated data stays clear of the points the
+All sizes are small so a CI profile runs fast. Every strategy is built once (functools.cache): rebuilt
+at each draw, Hypothesis spends most of a fuzz test re-deriving the same strategy objects. Generated data stays clear of the points the
 contract leaves open, so product and tests/reference.py must agree on every example: nesting
 between 500 levels and the decoder's limit (which follows sys.getrecursionlimit(): about 1,000,
 about 3,000 inside a Hypothesis test), time-zone offsets beyond ±14:59, input year 0000, and
@@ -24,6 +25,7 @@ Public strategies:
 from __future__ import annotations
 
 import json
+from functools import cache
 
 from hypothesis import strategies as st
 
@@ -57,6 +59,7 @@ json_junk = weighted((1, st.one_of(
 # --------------------------------------------------------------------------- ids
 
 
+@cache
 def session_ids():
     return weighted(
         (6, st.sampled_from(ID_POOL)),
@@ -65,6 +68,7 @@ def session_ids():
     )
 
 
+@cache
 def invalid_ids():
     return st.sampled_from([
         "", "../x", "a/b", "a.b", "a b", "é", "ид", "日本", "a\x00b", "a\nb", "src\n", "\nsrc",
@@ -72,6 +76,7 @@ def invalid_ids():
     ])
 
 
+@cache
 def sources(known_ids=()):
     """The configured source conversation; known_ids (e.g. corpus_ids(files)) are favoured."""
     known = tuple(known_ids) or ID_POOL
@@ -82,6 +87,7 @@ def sources(known_ids=()):
 # --------------------------------------------------------------------------- times
 
 
+@cache
 @st.composite
 def _iso_strings(draw):
     year = draw(st.one_of(st.integers(1990, 2035), st.integers(1, 9999)))
@@ -117,6 +123,7 @@ EDGE_TIME_STRINGS = [
 ]
 
 
+@cache
 def time_values():
     return weighted(
         (6, _iso_strings()),
@@ -139,11 +146,13 @@ TEXTS = [
 ]
 
 
+@cache
 def _long_texts(max_len=1200):
     letters = st.sampled_from(["a", "界", "😀", " ", "é"])
     return st.builds(lambda ch, n: ch * n, letters, st.integers(0, max_len))
 
 
+@cache
 def texts():
     return weighted(
         (4, st.sampled_from(TEXTS)),
@@ -152,6 +161,7 @@ def texts():
     )
 
 
+@cache
 def nonblank_texts():
     """Texts that make a user message an input (not empty, not whitespace only)."""
     return st.one_of(
@@ -161,11 +171,13 @@ def nonblank_texts():
     )
 
 
+@cache
 def input_texts():
     """Lists of user-input texts (oldest first), for unit tests of the budget algorithm."""
     return st.lists(nonblank_texts(), max_size=60)
 
 
+@cache
 def content_blocks():
     return st.one_of(
         texts(),
@@ -180,10 +192,12 @@ def content_blocks():
     )
 
 
+@cache
 def contents():
     return weighted((5, texts()), (3, st.lists(content_blocks(), max_size=4)), (1, json_junk))
 
 
+@cache
 def message_ids():
     return weighted(
         (4, st.text(max_size=8)),
@@ -194,6 +208,7 @@ def message_ids():
     )
 
 
+@cache
 def form_prompts():
     return st.one_of(
         st.just({"type": "form", "fields": [{"name": "q", "label": "Pick"}]}),
@@ -215,6 +230,7 @@ def _message(role):
     )
 
 
+@cache
 def messages():
     return weighted(
         (5, _message(st.just("user"))),
@@ -225,6 +241,7 @@ def messages():
     )
 
 
+@cache
 def form_cards():
     """The pending guided-form card: an assistant message carrying ccwebPrompt."""
     return st.fixed_dictionaries(
@@ -233,6 +250,7 @@ def form_cards():
     )
 
 
+@cache
 @st.composite
 def message_lists(draw):
     items = draw(st.lists(messages(), max_size=11))  # 0-12 with the optional form card
@@ -248,6 +266,7 @@ def _strings_or_junk(samples):
     return weighted((6, st.sampled_from(samples)), (2, st.text(max_size=8)), (2, json_junk))
 
 
+@cache
 def created_froms():
     return weighted(
         (4, st.fixed_dictionaries(
@@ -264,6 +283,7 @@ def created_froms():
     )
 
 
+@cache
 def _wild_docs():
     """Every field optional and of any shape."""
     return st.fixed_dictionaries(
@@ -282,6 +302,7 @@ def _wild_docs():
     )
 
 
+@cache
 def _plausible_messages():
     """What cc-web usually writes: user and assistant turns with text and parseable times."""
     user = st.fixed_dictionaries(
@@ -298,6 +319,7 @@ def _plausible_messages():
     return st.lists(weighted((4, user), (3, assistant), (2, messages())), max_size=11)
 
 
+@cache
 @st.composite
 def _plausible_docs(draw):
     doc = draw(st.fixed_dictionaries(
@@ -320,6 +342,7 @@ def _plausible_docs(draw):
     return doc
 
 
+@cache
 def session_docs():
     return weighted((3, _plausible_docs()), (2, _wild_docs()))
 
@@ -331,6 +354,7 @@ def _dumps(doc, ensure_ascii: bool) -> bytes:
     return json.dumps(doc, ensure_ascii=ensure_ascii).encode("utf-8")  # allow_nan: no NaN in docs
 
 
+@cache
 @st.composite
 def valid_file_bytes(draw):
     doc = draw(session_docs())
@@ -350,6 +374,7 @@ def valid_file_bytes(draw):
     return data
 
 
+@cache
 @st.composite
 def broken_file_bytes(draw):
     good = _dumps(draw(session_docs()), draw(st.booleans()))
@@ -397,6 +422,7 @@ def broken_file_bytes(draw):
     return good + draw(st.sampled_from([b"x", b"{}", b"\x00", b","]))  # trailing
 
 
+@cache
 def session_file_bytes():
     return weighted((4, valid_file_bytes()), (1, broken_file_bytes()))
 
@@ -404,6 +430,7 @@ def session_file_bytes():
 # --------------------------------------------------------------------------- tool arguments
 
 
+@cache
 def _numbers(minimum, maximum):
     return weighted(
         (6, st.integers(minimum, min(maximum, 12))),  # small values: limits that bite
@@ -417,12 +444,14 @@ def _numbers(minimum, maximum):
     )
 
 
+@cache
 def _conversation_ids(known_ids):
     known = tuple(known_ids) or ID_POOL
     return weighted((8, st.sampled_from(known)), (2, session_ids()), (2, invalid_ids()), (3, st.none()),
                     (1, st.sampled_from([7, 1.5, True, [], {}])))
 
 
+@cache
 def tool1_args(known_ids=()):
     """Arguments of ccweb_list_user_inputs; conversationId favours known_ids when given
     (e.g. corpus_ids(files)), so that most calls find their conversation."""
@@ -442,6 +471,7 @@ def _filters(samples):
                     (2, st.sampled_from([None, 7, True, [], {}])))
 
 
+@cache
 def tool2_args():
     return st.fixed_dictionaries(
         {},
@@ -464,6 +494,7 @@ NON_SESSION_NAMES = [
 ]
 
 
+@cache
 @st.composite
 def corpora(draw, max_sessions=6):
     """{file name: bytes} for a sessions directory: sessions plus a few non-session files

@@ -23,8 +23,8 @@ from ccweb_index.indexer import files, load
 from ccweb_index.server.service import Service
 
 import reference
-from conftest import Corpus, session, stdio_client_for
-from faults import OpenWatch, can_mknod_device, cli, permissions_apply, unprivileged_prefix
+from conftest import Corpus, cli, session, stdio_client_for
+from faults import OpenWatch, can_mknod_device, permissions_apply, unprivileged_prefix
 from test_contract import same_answer
 
 MAX_BYTES = 100_000

@@ -8,6 +8,7 @@ watcher, one without.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
@@ -30,8 +31,8 @@ from ccweb_index.migrations import migrations
 from ccweb_index.server.service import Service
 
 import reference
-from conftest import CCWEB_INDEX, Corpus, StdioClient, session, stdio_client_for, wait_until
-from faults import PipeLog, assert_consistent, clean_env, cli, index_content, rlimit_prefix
+from conftest import CCWEB_INDEX, Corpus, StdioClient, cli, session, stdio_client_for, wait_until
+from faults import PipeLog, assert_consistent, clean_env, index_content, rlimit_prefix
 from test_contract import same_answer
 
 SOURCE = "orch"
@@ -70,11 +71,17 @@ def change(corpus: Corpus, step: int) -> None:
         victim.unlink()
 
 
-def check(client: StdioClient, corpus: Corpus) -> None:
+def check(client: StdioClient | Service, corpus: Corpus) -> None:
+    """Every call of CALLS, through a stdio client or an in-process service, answers as the reference."""
     for name, arguments in CALLS:
         oracle = reference.list_user_inputs if name == INPUTS else reference.list_conversations
+        if isinstance(client, Service):
+            result = client.call(name, arguments, SOURCE)
+            answer = (result.payload, result.is_error)
+        else:
+            answer = client.call(name, arguments)
         try:
-            same_answer(client.call(name, arguments), oracle(corpus.path, arguments, SOURCE))
+            same_answer(answer, oracle(corpus.path, arguments, SOURCE))
         except AssertionError as exc:
             raise AssertionError(f"{name} {arguments}: {exc}") from None
 
@@ -161,21 +168,32 @@ def test_index_damaged_under_running_servers(tmp_path: Path, how: str) -> None:
     assert fresh_build_content(corpus, db) == fresh_build_content(corpus, tmp_path / "fresh.sqlite")
 
 
-def hold_lock(db: Path, seconds: float, *, exclusive_mode: bool = False) -> subprocess.Popen[str]:
-    """Another process holding the index's write lock (and, in exclusive locking mode, all reads)."""
+def hold_lock(db: Path, *, exclusive_mode: bool = False) -> subprocess.Popen[str]:
+    """Another process holding the index's write lock (and, in exclusive locking mode, all reads)
+    until `release` (no fixed hold time: the test says when it is done)."""
     code = (
-        "import sqlite3, sys, time\n"
+        "import sqlite3, sys\n"
         "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
         + ("c.execute('PRAGMA locking_mode = EXCLUSIVE')\n" if exclusive_mode else "")
         + "c.execute('BEGIN EXCLUSIVE')\n"
         "c.execute(\"INSERT INTO meta (key, value) VALUES ('lock-holder', 1) ON CONFLICT (key) DO NOTHING\")\n"
         "print('locked', flush=True)\n"
-        "time.sleep(float(sys.argv[2]))\n"
+        "sys.stdin.readline()\n"
         "c.execute('ROLLBACK')\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code, str(db), str(seconds)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
     return proc
+
+
+def release(holder: subprocess.Popen[str]) -> None:
+    holder.communicate("\n", timeout=60)
+    assert holder.returncode == 0
+
+
+# A busy timeout far shorter than the default, for servers started under a held lock: each call then
+# gives up on the lock quickly (and answers from the files) instead of waiting BUSY_TIMEOUT_MS.
+SHORT_BUSY_TIMEOUT_MS = 200
 
 
 def test_index_locked_by_another_process(tmp_path: Path) -> None:
@@ -184,10 +202,11 @@ def test_index_locked_by_another_process(tmp_path: Path) -> None:
     corpus = Corpus(tmp_path / "sessions")
     make_corpus(corpus)
     db = tmp_path / "index" / "index.sqlite"
-    with two_servers(corpus, db, tmp_path) as servers:
+    short = {"CCWEB_INDEX_BUSY_TIMEOUT_MS": str(SHORT_BUSY_TIMEOUT_MS)}
+    with two_servers(corpus, db, tmp_path, env=short) as servers:
         for server in servers:
             check(server, corpus)
-        holder = hold_lock(db, dbmod.BUSY_TIMEOUT_MS / 1000 + 2)
+        holder = hold_lock(db)
         try:
             errors: list[BaseException] = []
 
@@ -205,19 +224,68 @@ def test_index_locked_by_another_process(tmp_path: Path) -> None:
             for thread in threads:
                 thread.join(120)
             assert errors == [], errors
-            assert holder.poll() is None, "the lock was released before the calls were done"
+            assert holder.poll() is None, "the lock holder ended before the calls were done"
         finally:
-            holder.wait(60)
+            release(holder)
         change(corpus, 1)
-        for server in servers:
-            check(server, corpus)
+
+        def index_used_again() -> bool:
+            for server in servers:  # right answers all along, from the files while the back-off lasts
+                check(server, corpus)
+            conn = sqlite3.connect(db)
+            try:
+                return conn.execute("SELECT COUNT(*) FROM sessions WHERE id = 'new1'").fetchone() == (1,)
+            finally:
+                conn.close()
+
+        # Calls that gave up quickly and often have backed off (up to 30 s): wait it out.
+        assert wait_until(index_used_again, timeout=60), "the index was not used again"
     for name in ("watcher", "no-watcher"):
         text = (tmp_path / f"{name}.log").read_text(errors="replace")
         assert "Traceback" not in text, text[-3000:]
         assert text.count("is locked (database is locked)") == 1, text[-3000:]
-    conn = sqlite3.connect(db)
-    assert conn.execute("SELECT COUNT(*) FROM sessions WHERE id = 'new1'").fetchone() == (1,), "the index was not used again"
-    conn.close()
+
+
+def test_a_call_kept_from_the_index_by_its_own_process_answers_from_the_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another thread of the same process (e.g. a long initial build) holds the index for longer than
+    a call waits for it: the call answers from the files, correctly, and the index is used again."""
+    from ccweb_index.server import from_index
+
+    monkeypatch.setattr(from_index, "LOCK_WAIT_SECONDS", 0.2)
+    corpus = Corpus(tmp_path / "sessions")
+    make_corpus(corpus, sessions=2)
+    svc = Service(corpus.path, tmp_path / "index.sqlite")
+    svc.start()
+    try:
+        inside, release = threading.Event(), threading.Event()
+        real = svc.indexer.reconcile
+
+        def long_reconcile(*args: Any, **kwargs: Any) -> Any:
+            inside.set()
+            assert release.wait(30)
+            return real(*args, **kwargs)
+
+        svc.indexer.reconcile = long_reconcile  # type: ignore[method-assign]
+        holder = threading.Thread(target=svc.call, args=(CONVERSATIONS, {}, SOURCE))
+        holder.start()
+        try:
+            assert inside.wait(30)
+            change(corpus, 0)
+            caplog.set_level(logging.DEBUG, logger="ccweb_index")
+            check(svc, corpus)
+        finally:
+            release.set()
+            holder.join(30)
+        svc.indexer.reconcile = real  # type: ignore[method-assign]
+        assert svc.handle.is_open, "the index was given up for a lock held by the process itself"
+        change(corpus, 1)
+        result = svc.call(CONVERSATIONS, {}, SOURCE)
+        same_answer((result.payload, result.is_error), reference.list_conversations(corpus.path, {}, SOURCE))
+    finally:
+        svc.close()
+    assert "Traceback" not in caplog.text
 
 
 def _server_pid(db: Path) -> int:
@@ -466,25 +534,22 @@ def test_a_failed_commit_does_not_leave_the_connection_in_a_transaction(tmp_path
 def test_an_index_locked_at_start_is_waited_for_not_discarded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another process holds the index in exclusive locking mode (even reads wait) as a server
     starts: it answers from the files, never deletes the index, and uses it once it is free."""
-    monkeypatch.setattr(dbmod, "BUSY_TIMEOUT_MS", 200)
+    monkeypatch.setattr(dbmod, "BUSY_TIMEOUT_MS", SHORT_BUSY_TIMEOUT_MS)
     corpus = Corpus(tmp_path / "sessions")
     make_corpus(corpus, sessions=2)
     db = tmp_path / "index.sqlite"
     assert cli("build", "--sessions-dir", str(corpus.path), "--db", str(db)).returncode == 0
     inode = db.stat().st_ino
-    holder = hold_lock(db, 3, exclusive_mode=True)
+    holder = hold_lock(db, exclusive_mode=True)
     svc = Service(corpus.path, db)
     try:
         try:
             svc.start()
             assert not svc.handle.is_open
             change(corpus, 0)
-            for name, arguments in CALLS:
-                result = svc.call(name, arguments, SOURCE)
-                oracle = reference.list_user_inputs if name == INPUTS else reference.list_conversations
-                same_answer((result.payload, result.is_error), oracle(corpus.path, arguments, SOURCE))
+            check(svc, corpus)
         finally:
-            holder.wait(60)
+            release(holder)
         assert db.stat().st_ino == inode, "a locked index was deleted"
         change(corpus, 1)
 

@@ -1,36 +1,37 @@
-"""The installed `ccweb-index` command: build, call, status, and their errors."""
+"""The `ccweb-index` commands build, call and status, and their errors (in-process: see conftest.cli)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
+import time
 from pathlib import Path
 
-from conftest import CCWEB_INDEX, Corpus, session
+import pytest
+
+from ccweb_index.indexer import files
+
+from conftest import Corpus, cli, session
 
 
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("CCWEB_")}
-    environment.update(env or {})
-    return subprocess.run([CCWEB_INDEX, *args], capture_output=True, text=True, env=environment, timeout=60)
-
-
-def test_build_is_incremental_and_prints_a_summary(corpus: Corpus, db_path: Path) -> None:
+def test_build_is_incremental_and_prints_a_summary(corpus: Corpus, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A short racy window, waited out, so that unchanged files are settled and must not be read again.
+    monkeypatch.setattr(files, "RACY_WINDOW_NS", 50_000_000)
     corpus.write("a", session("x", "y"))
     corpus.write("b", session("z"))
     corpus.write("broken", b"{")
-    first = run("build", "--sessions-dir", str(corpus.path), "--db", str(db_path))
+    time.sleep(2 * files.RACY_WINDOW_NS / 1e9)
+    first = cli("build", "--sessions-dir", str(corpus.path), "--db", str(db_path))
     assert first.returncode == 0, first.stderr
-    assert "2 sessions, 3 user inputs, 1 unreadable; read 3 files" in first.stderr
+    assert "2 sessions, 3 user inputs, 1 unreadable; read 3 files, removed 0" in first.stderr
     corpus.write("b", session("z", "w"))
-    again = run("build", "--sessions-dir", str(corpus.path), "--db", str(db_path))
-    # a and broken are unchanged but freshly written (racy), so may be re-read; b must be
-    assert "2 sessions, 4 user inputs, 1 unreadable" in again.stderr
+    corpus.delete("a")
+    again = cli("build", "--sessions-dir", str(corpus.path), "--db", str(db_path))
+    assert again.returncode == 0, again.stderr
+    assert "1 sessions, 2 user inputs, 1 unreadable; read 1 files, removed 1" in again.stderr
 
 
 def test_build_of_a_missing_directory_fails_clearly(tmp_path: Path, db_path: Path) -> None:
-    result = run("build", "--sessions-dir", str(tmp_path / "nope"), "--db", str(db_path))
+    result = cli("build", "--sessions-dir", str(tmp_path / "nope"), "--db", str(db_path))
     assert result.returncode != 0
     assert "does not exist" in result.stderr
     assert "Traceback" not in result.stderr
@@ -40,23 +41,23 @@ def test_call_prints_the_tool_json_and_exits_1_on_a_tool_error(corpus: Corpus, d
     corpus.write("orch", session("build it"))
     corpus.write("kid", session("do a part", created_from={"kind": "mcp", "sourceSessionId": "orch"}))
     env = {"CCWEB_SESSIONS_DIR": str(corpus.path), "CCWEB_INDEX_DB": str(db_path)}
-    ok = run("call", "ccweb_list_conversations", '{"scope": "children"}', "--source-session", "orch", env=env)
+    ok = cli("call", "ccweb_list_conversations", '{"scope": "children"}', "--source-session", "orch", env=env)
     assert ok.returncode == 0, ok.stderr
     payload = json.loads(ok.stdout)
     assert [r["conversationId"] for r in payload["conversations"]] == ["kid"]
 
     env["CCWEB_SOURCE_SESSION_ID"] = "kid"
-    inputs = run("call", "ccweb_list_user_inputs", env=env)
+    inputs = cli("call", "ccweb_list_user_inputs", env=env)
     assert json.loads(inputs.stdout)["inputs"][0]["content"] == "do a part"
 
-    missing = run("call", "ccweb_list_user_inputs", '{"conversationId": "ghost"}', env=env)
+    missing = cli("call", "ccweb_list_user_inputs", '{"conversationId": "ghost"}', env=env)
     assert missing.returncode == 1
     assert json.loads(missing.stdout)["error"]["code"] == "conversation_not_found"
 
 
 def test_call_rejects_bad_argument_json(corpus: Corpus, db_path: Path) -> None:
     for bad in ("{not json", "[1, 2]"):
-        result = run("call", "ccweb_list_conversations", bad, "--sessions-dir", str(corpus.path), "--db", str(db_path))
+        result = cli("call", "ccweb_list_conversations", bad, "--sessions-dir", str(corpus.path), "--db", str(db_path))
         assert result.returncode == 2
         assert "ARGS_JSON" in result.stderr and "Traceback" not in result.stderr
 
@@ -65,8 +66,8 @@ def test_status_lists_unreadable_files_with_reasons(corpus: Corpus, db_path: Pat
     corpus.write("good", session("x"))
     corpus.write("torn", b'{"messages": [')
     corpus.write("arr", b"[]")
-    run("build", "--sessions-dir", str(corpus.path), "--db", str(db_path))
-    result = run("status", "--sessions-dir", str(corpus.path), "--db", str(db_path))
+    cli("build", "--sessions-dir", str(corpus.path), "--db", str(db_path))
+    result = cli("status", "--sessions-dir", str(corpus.path), "--db", str(db_path))
     assert result.returncode == 0, result.stderr
     assert "sessions: 1 readable, 2 unreadable now" in result.stdout
     assert "unreadable torn.json: invalid JSON" in result.stdout

@@ -24,8 +24,7 @@ from ccweb_index.indexer.files import dir_identity
 from ccweb_index.indexer.watch import InotifyWatcher, PollingWatcher
 from ccweb_index.server.service import Service
 
-from conftest import Corpus, session, stdio_client_for, wait_until
-from faults import cli
+from conftest import Corpus, cli, session, stdio_client_for, wait_until
 
 SOURCE = "orch"
 INPUTS = "ccweb_list_user_inputs"

@@ -1,7 +1,7 @@
 """Generated session files and tool arguments: the service must answer exactly as the reference.
 
-The default profile is small enough for CI. For a long run:
-    HYPOTHESIS_PROFILE=long python -m pytest tests/test_fuzz.py
+The default profile is small enough for CI. For a long run (the `slow` tests at full size):
+    HYPOTHESIS_PROFILE=long python -m pytest --timeout=0 -m slow
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,6 +45,7 @@ def expected(name: str, sessions: Path, arguments: dict[str, Any], source: str |
     return tool(sessions, arguments, source)
 
 
+@pytest.mark.slow
 @given(files=gen.corpora(), source=gen.sources(gen.ID_POOL), calls=calls, watch=st.booleans())
 def test_service_matches_reference(files: dict[str, bytes], source: str | None, calls: list[Any], watch: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -59,6 +61,7 @@ def test_service_matches_reference(files: dict[str, bytes], source: str | None, 
             service.close()
 
 
+@pytest.mark.slow
 @settings(max_examples=8)
 @given(files=gen.corpora(), source=gen.sources(gen.ID_POOL), calls=calls)
 def test_stdio_server_matches_reference(files: dict[str, bytes], source: str | None, calls: list[Any]) -> None:
@@ -71,6 +74,7 @@ def test_stdio_server_matches_reference(files: dict[str, bytes], source: str | N
                 same_answer(client.call(name, arguments), expected(name, sessions, arguments, source))
 
 
+@pytest.mark.slow
 @given(files=gen.corpora(), changes=gen.corpora(), source=gen.sources(gen.ID_POOL), calls=calls)
 def test_answers_follow_rewrites(
     files: dict[str, bytes], changes: dict[str, bytes], source: str | None, calls: list[Any]

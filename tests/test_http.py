@@ -32,7 +32,7 @@ from anyio.from_thread import start_blocking_portal
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import CCWEB_INDEX, Corpus, StdioClient, answer_of, session, stdio_client_for
+from conftest import CCWEB_INDEX, THOROUGH, Corpus, StdioClient, answer_of, cli, session, stdio_client_for
 
 SOURCE_HEADER = "X-Ccweb-Source-Session"
 TOKEN = "tok-" + "0123456789abcdef" * 2
@@ -400,11 +400,8 @@ def test_a_foreign_host_or_origin_is_refused(shared: tuple[HttpServer, Corpus, P
 def test_a_non_loopback_address_needs_a_token(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
     write_two_families(corpus)
     for host in ("0.0.0.0", "::"):
-        result = subprocess.run(
-            [CCWEB_INDEX, "serve", "--transport", "http", "--host", host, "--port", "0",
-             "--sessions-dir", str(corpus.path), "--db", str(db_path)],
-            capture_output=True, text=True, env=_clean_env(), timeout=60,
-        )  # fmt: skip
+        result = cli("serve", "--transport", "http", "--host", host, "--port", "0",
+                     "--sessions-dir", str(corpus.path), "--db", str(db_path))  # fmt: skip
         assert result.returncode != 0
         assert "token is required" in result.stderr and "Traceback" not in result.stderr
         assert not db_path.exists(), "refused before the index is opened"
@@ -414,10 +411,7 @@ def test_a_non_loopback_address_needs_a_token(tmp_path: Path, corpus: Corpus, db
 
 
 def test_http_only_options_are_refused_for_stdio(corpus: Corpus, db_path: Path) -> None:
-    result = subprocess.run(
-        [CCWEB_INDEX, "serve", "--port", "9", "--sessions-dir", str(corpus.path), "--db", str(db_path)],
-        capture_output=True, text=True, env=_clean_env(), timeout=60, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    result = cli("serve", "--port", "9", "--sessions-dir", str(corpus.path), "--db", str(db_path))
     assert result.returncode == 2 and "only apply to --transport http" in result.stderr
 
 
@@ -551,9 +545,11 @@ def test_sigint_also_stops_cleanly(tmp_path: Path, corpus: Corpus, db_path: Path
 
 # --- many processes, one index ------------------------------------------------------------------------
 
-WORKERS = 8
-CALLS = 300
-STDIO_WORKERS = 5
+# Full size in the thorough run (conftest.THOROUGH); by default enough processes of each kind to share
+# the index under writes, for fewer calls.
+WORKERS = 8 if THOROUGH else 4
+CALLS = 300 if THOROUGH else 60
+STDIO_WORKERS = 5 if THOROUGH else 2
 SOURCES = [f"src{k}" for k in range(4)]
 
 
@@ -695,7 +691,8 @@ async def _worker(spec: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_many_processes_one_index_under_writes(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
-    """A watch daemon, stdio servers and the HTTP server on one index; 8 client processes x 300 calls."""
+    """A watch daemon, stdio servers and the HTTP server on one index; WORKERS client processes x CALLS
+    calls, every answer checked, while sessions are rewritten."""
     children = load_corpus(corpus)
     env = _clean_env()
     watch_log = open(tmp_path / "watch.log", "wb")

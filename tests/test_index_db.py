@@ -89,3 +89,23 @@ def test_default_location_is_per_directory_in_the_user_cache(
     assert default_db_path(a) == default_db_path(tmp_path / "link"), "keyed by the real path"
     assert default_db_path(a) != default_db_path(b)
     assert default_db_path(a).parent == tmp_path / "cache" / "ccweb-index"
+
+
+def test_opening_waits_while_another_opener_holds_the_index(tmp_path: Path, db_path: Path) -> None:
+    """Creating, migrating or rebuilding an index is serialised between processes by a lock file;
+    an opener that finds it held waits (at most OPEN_LOCK_TIMEOUT_SECONDS), then opens normally."""
+    import fcntl
+    import threading
+    import time
+
+    corpus = Corpus(tmp_path / "sessions")
+    db_path.parent.mkdir(parents=True)
+    with open(f"{db_path}.lock", "a+b") as other:  # another open file description: flock conflicts
+        fcntl.flock(other, fcntl.LOCK_EX)
+        held = 0.3
+        threading.Timer(held, fcntl.flock, (other, fcntl.LOCK_UN)).start()
+        started = time.monotonic()
+        conn = open_index(db_path, str(corpus.path))
+        assert time.monotonic() - started >= held, "opened while another opener held the lock"
+    assert applied(db_path) == [m.name for m in migrations._migrations]
+    conn.close()

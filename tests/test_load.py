@@ -11,18 +11,24 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
+
 import loadtest
+from conftest import THOROUGH
 from loadtest import CONVERSATIONS, INPUTS, LoadSpec, Oracle, Timeline, check_call
 
+CALLS = 150 if THOROUGH else 60  # per client
 
+
+@pytest.mark.slow
 def test_concurrent_clients_under_rewrites_get_only_right_answers(tmp_path: Path) -> None:
     report = loadtest.run(
         # All servers on one index, as issue #3 deploys them (bench/load.py can also give each its own).
-        LoadSpec(sessions=30, clients=4, calls=150, rate=100, http_clients=2, stdio_no_watch=1, warmup=5),
+        LoadSpec(sessions=30, clients=4, calls=CALLS, rate=100, http_clients=2, stdio_no_watch=1, warmup=5),
         tmp_path,
     )
     assert report["problems"] == [], "\n".join(report["problems"][:10])
-    assert report["wrong_answers"] == 0 and report["calls"] == 4 * 150
+    assert report["wrong_answers"] == 0 and report["calls"] == 4 * CALLS
     assert report["writes"] > 0 and report["in_place_writes"] > 0
     print(f"\nsmall load run: {report['calls']} calls, {report['writes']} writes in {report['seconds']} s; "
           f"latency {report['latency_ms']}")  # fmt: skip
