@@ -65,13 +65,16 @@ class HttpServer:
 
 
 def start_http_server(
-    sessions_dir: Path, db: Path, log: Path, *, token: str | None = None, args: tuple[str, ...] = (), env: dict[str, str] | None = None
+    sessions_dir: Path, db: Path, log: Path, *, token: str | None = None, args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None, prefix: tuple[str, ...] = (), healthy: bool = True,
 ) -> HttpServer:
+    """The server, listening (and with `healthy`, past its first indexing pass). `prefix`: a command
+    that runs the server (e.g. with resource limits)."""
     # Without a configured token the server makes one under the user config directory: the test's own.
     environment = _clean_env(XDG_CONFIG_HOME=str(log.parent / "config"), **(env or {}))
     if token is not None:
         environment["CCWEB_INDEX_TOKEN"] = token
-    command = [CCWEB_INDEX, "serve", "--transport", "http", "--port", "0", "--sessions-dir", str(sessions_dir), "--db", str(db), *args]
+    command = [*prefix, CCWEB_INDEX, "serve", "--transport", "http", "--port", "0", "--sessions-dir", str(sessions_dir), "--db", str(db), *args]
     with open(log, "wb") as err:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=environment)
     deadline = time.monotonic() + 30
@@ -86,7 +89,7 @@ def start_http_server(
         else:
             time.sleep(0.02)
     server = HttpServer(proc, port, log)
-    while True:  # ready = listening and the first indexing pass done
+    while healthy:  # ready = listening and the first indexing pass done
         try:
             if server.healthz().status_code == 200:
                 return server
@@ -96,6 +99,7 @@ def start_http_server(
             proc.kill()
             raise AssertionError(f"the HTTP server never became healthy:\n{server.stderr()}")
         time.sleep(0.02)
+    return server
 
 
 def stop(server: HttpServer) -> int:
