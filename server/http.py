@@ -6,14 +6,17 @@ conversation comes from differs: per request, from the `X-Ccweb-Source-Session` 
 
 Layers, outside in:
 
-- `_Guard` (pure ASGI): with a token configured, every request except `GET /healthz` and
-  `/.well-known/...` must carry `Authorization: Bearer <token>` (constant-time comparison), or gets a
-  401 whose JSON body says which token is missing or wrong and where the server's is configured.
-  `/.well-known/...` (OAuth discovery) answers 404: there is no OAuth flow to start.
+- uvicorn's h11 protocol with the connection limits of server/limits.py (read timeout, connection
+  cap with eviction, the peer's uid on a unix socket), before any byte reaches the app.
+- `_Guard` (pure ASGI): with a token configured (always, on TCP), every request except `GET /healthz`
+  and `/.well-known/...` must carry `Authorization: Bearer <token>` (constant-time comparison), or
+  gets a 401 whose JSON body says which token is missing or wrong and where the server's is
+  configured. `/.well-known/...` (OAuth discovery) answers 404: there is no OAuth flow to start.
+  `/healthz` says more than `ok` only to the token's holders (server/health.py).
 - `/mcp`: the SDK's Streamable HTTP transport, stateless: every POST stands alone, no session id is
   issued or kept, so a restart, a second replica or an idle spell never strands a client. GET and
   DELETE answer 405, as the transport specifies for a server without a notification stream or
-  sessions. Its DNS-rebinding protection (`Host`, and `Origin` when sent, must name this server)
+  sessions. A `tools/call` beyond the caps on calls in flight is answered `too_many_calls` at once. Its DNS-rebinding protection (`Host`, and `Origin` when sent, must name this server)
   applies per request; `/healthz` applies the same check.
 - uvicorn, on sockets bound here (so `--port 0` works and bind errors are reported plainly), with
   SIGTERM/SIGINT handled as a drain: stop accepting, let in-flight calls answer, close, exit 0.
@@ -642,6 +645,7 @@ def serve_http(service: Any, options: HttpOptions, sockets: list[socket.socket] 
     previous = {
         sig: signal.signal(sig, lambda *_: setattr(server, "should_exit", True)) for sig in (signal.SIGINT, signal.SIGTERM)
     }
+    unix_paths = [str(sock.getsockname()) for sock in sockets if sock.family == socket.AF_UNIX]
     starter = threading.Thread(target=_start, args=(service, state), name="ccweb-index-start", daemon=True)
     starter.start()
     for sock in sockets:
@@ -653,7 +657,7 @@ def serve_http(service: Any, options: HttpOptions, sockets: list[socket.socket] 
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        _close_listeners(sockets)
+        _close_listeners(sockets, unix_paths)
         if not state.ready.is_set():
             log.info("waiting for the initial indexing to finish before closing the index")
         starter.join()
@@ -672,11 +676,12 @@ def _start(service: Any, state: State) -> None:
         state.ready.set()
 
 
-def _close_listeners(sockets: list[socket.socket]) -> None:
-    """Close them; a unix socket's file goes too, if it is still ours."""
+def _close_listeners(sockets: list[socket.socket], unix_paths: list[str]) -> None:
+    """Close them (uvicorn may have); the unix sockets' files go too, unless another server took the
+    path over meanwhile."""
     for sock in sockets:
         with contextlib.suppress(OSError):
-            path = sock.getsockname() if sock.family == socket.AF_UNIX else None
             sock.close()
-            if path:
-                _unlink_if_stale(path)  # unless another server took the path over meanwhile
+    for path in unix_paths:
+        with contextlib.suppress(OSError):
+            _unlink_if_stale(path)
