@@ -71,6 +71,11 @@ class IndexHandle:
         return self._reason
 
     @property
+    def fault(self) -> str | None:
+        """The fault in effect (a write or an open failed, and none has succeeded since), or None."""
+        return self._faults.active()
+
+    @property
     def needs_reconcile(self) -> bool:
         """The index was (re)opened after a failure and does not reflect the files yet."""
         return self._needs_reconcile

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -174,6 +175,38 @@ def watch(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bo
     log.info("stopped")
 
 
+# HTTP only: (option, Limits field, type, help). Defaults come from server.limits.Limits.
+_LIMIT_OPTIONS = (
+    ("--read-timeout", "read_timeout", click.FloatRange(min=0.1), "seconds a client has to send a whole request "
+     "(headers and body), from connecting or from its previous answer; a slower one is disconnected"),
+    ("--keep-alive-timeout", "keep_alive_timeout", click.IntRange(min=1), "seconds an idle connection is kept "
+     "open after an answer"),
+    ("--max-connections", "max_connections", click.IntRange(min=1), "open connections at most; one more closes the "
+     "longest-idle one (lowered to fit the open-files limit less --fd-reserve)"),
+    ("--fd-reserve", "fd_reserve", click.IntRange(min=0), "file descriptors kept for the index, session files and "
+     "watcher, never used by connections"),
+    ("--max-calls", "max_calls", click.IntRange(min=1), "tool calls in progress at most; one more is refused at once "
+     "with the tool error too_many_calls"),
+    ("--max-calls-per-client", "max_calls_per_client", click.IntRange(min=1), "tool calls in progress at most per "
+     "client (token and X-Ccweb-Source-Session); one more is refused at once"),
+)  # fmt: skip
+
+
+def _limit_options(func: Any) -> Any:
+    """The limits' options, collected into one `limits` argument: {Limits field: value given}."""
+    from ccweb_index.server.limits import Limits
+
+    @functools.wraps(func)
+    def collected(*args: Any, **kwargs: Any) -> Any:
+        given = {field: kwargs.pop(field) for _, field, _, _ in _LIMIT_OPTIONS}
+        return func(*args, limits={k: v for k, v in given.items() if v is not None}, **kwargs)
+
+    for option, field, kind, text in reversed(_LIMIT_OPTIONS):
+        default = getattr(Limits(), field)
+        collected = click.option(option, field, type=kind, help=f"HTTP only: {text}.  [default: {default}]")(collected)
+    return collected
+
+
 @main.command()
 @_sessions_dir_option
 @click.option(
@@ -197,8 +230,14 @@ def watch(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bo
 @click.option(
     "--token-file",
     type=click.Path(dir_okay=False, path_type=str),
-    help="HTTP only: file holding the bearer token clients must send (else env CCWEB_INDEX_TOKEN). "
-    "Required to listen on a non-loopback address.",
+    help="HTTP only: file holding the bearer token clients must send (else env CCWEB_INDEX_TOKEN, else "
+    "the token `ccweb-index token` prints, created on first use).",
+)
+@click.option(
+    "--unix-socket",
+    type=click.Path(dir_okay=False, path_type=str),
+    help="HTTP only: listen on this unix socket (0600; only this user's processes are let in, checked by "
+    "uid) instead of a TCP port. No token is needed unless one is configured.",
 )
 @click.option(
     "--allowed-host",
@@ -206,6 +245,7 @@ def watch(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bo
     help="HTTP only: another name clients may reach this server by (Host/Origin header), e.g. "
     "ccweb.internal or ccweb.internal:8765. Repeatable. The loopback names are always allowed.",
 )
+@_limit_options
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -220,14 +260,19 @@ def serve(
     host: str | None,
     port: int | None,
     token_file: str | None,
+    unix_socket: str | None,
     allowed_host: tuple[str, ...],
+    limits: dict[str, Any],
 ) -> None:
     """Serve the MCP tools over stdio (default) or as one shared Streamable HTTP server."""
     if transport == "http":
-        _serve_http(ctx, sessions_dir, db, max_session_bytes, verbose, no_watch, poll, host, port, token_file, allowed_host)
+        listen = _Listen(host, port, unix_socket, token_file, allowed_host, limits)
+        _serve_http(ctx, sessions_dir, db, max_session_bytes, verbose, no_watch, poll, listen)
         return
     http_only = [name for name, value in (("--host", host), ("--port", port), ("--token-file", token_file),
-                                          ("--allowed-host", allowed_host or None)) if value is not None]  # fmt: skip
+                                          ("--unix-socket", unix_socket), ("--allowed-host", allowed_host or None))
+                 if value is not None]  # fmt: skip
+    http_only += [option for option, field, _, _ in _LIMIT_OPTIONS if field in limits]
     if http_only:
         raise click.UsageError(f"{', '.join(http_only)} only apply to --transport http")
 
@@ -262,6 +307,18 @@ def serve(
         raise service.error
 
 
+@dataclasses.dataclass(frozen=True)
+class _Listen:
+    """Where and how the HTTP server listens, as given on the command line."""
+
+    host: str | None
+    port: int | None
+    unix_socket: str | None
+    token_file: str | None
+    allowed_host: tuple[str, ...]
+    limits: dict[str, Any]
+
+
 def _serve_http(
     ctx: click.Context,
     sessions_dir: str,
@@ -270,19 +327,17 @@ def _serve_http(
     verbose: bool,
     no_watch: bool,
     poll: bool,
-    host: str | None,
-    port: int | None,
-    token_file: str | None,
-    allowed_host: tuple[str, ...],
+    listen: _Listen,
 ) -> None:
     from ccweb_index.server.http import (
         HttpOptions,
         StartupError,
         bind_sockets,
+        bind_unix_socket,
         check_bind,
-        load_token,
         serve_http,
     )
+    from ccweb_index.server.limits import Limits
 
     _setup_logging(verbose)
     if ctx.get_parameter_source("source_session") == click.core.ParameterSource.COMMANDLINE:
@@ -290,17 +345,24 @@ def _serve_http(
             "--source-session does not apply to --transport http: each client sends its conversation "
             "in the X-Ccweb-Source-Session header"
         )
+    if listen.unix_socket is not None and (listen.host is not None or listen.port is not None):
+        raise click.UsageError("--unix-socket replaces --host and --port: give one or the other")
     options = HttpOptions(
-        host=host or "127.0.0.1",
-        port=8765 if port is None else port,
-        allowed_hosts=allowed_host,
+        host=listen.host or "127.0.0.1",
+        port=8765 if listen.port is None else listen.port,
+        allowed_hosts=listen.allowed_host,
         watch=not no_watch,
         verbose=verbose,
+        unix_socket=listen.unix_socket,
+        limits=Limits(**listen.limits),
     )
     try:
-        options.token = load_token(token_file)
-        check_bind(options.host, options.token)  # refusals come before the index is even opened
-        sockets = bind_sockets(options.host, options.port)
+        options.token = _http_token(listen.token_file, unix_socket=listen.unix_socket is not None)
+        check_bind(options.host, options.token, options.unix_socket)  # refusals come before the index is opened
+        if options.unix_socket is not None:
+            sockets = [bind_unix_socket(options.unix_socket)]
+        else:
+            sockets = bind_sockets(options.host, options.port)
     except StartupError as exc:
         raise click.ClickException(str(exc)) from None
     try:
@@ -309,7 +371,48 @@ def _serve_http(
         for sock in sockets:
             sock.close()
         raise
-    sys.exit(serve_http(service, options, sockets))
+    try:
+        status = serve_http(service, options, sockets)
+    except StartupError as exc:
+        raise click.ClickException(str(exc)) from None
+    sys.exit(status)
+
+
+def _http_token(token_file: str | None, *, unix_socket: bool) -> str | None:
+    """The configured token; else, on TCP, the default one (created on first use). A unix socket
+    admits only this uid, so it needs no token unless one is configured."""
+    from ccweb_index.server.credentials import TokenFileError, default_token
+    from ccweb_index.server.http import TOKEN_ENV, load_token
+
+    token = load_token(token_file)
+    if token is not None or unix_socket:
+        return token
+    try:
+        token, path, created = default_token()
+    except TokenFileError as exc:
+        raise click.ClickException(f"{exc}; or set {TOKEN_ENV} or pass --token-file") from None
+    log.info(
+        "no token configured: clients must send the token %s %s (`ccweb-index token` prints it; "
+        "e.g. export %s=\"$(ccweb-index token)\" where the MCP clients start)",
+        "created in" if created else "kept in", path, TOKEN_ENV,
+    )  # fmt: skip
+    return token
+
+
+@main.command()
+def token() -> None:
+    """Print the token `serve --transport http` uses when none is configured (creating it if needed).
+
+    It lives in a private file under the user config directory; clients send it as
+    `Authorization: Bearer <token>`.
+    """
+    from ccweb_index.server.credentials import TokenFileError, default_token
+
+    try:
+        value, _, _ = default_token()
+    except TokenFileError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(value)
 
 
 @main.command()

@@ -6,14 +6,17 @@ conversation comes from differs: per request, from the `X-Ccweb-Source-Session` 
 
 Layers, outside in:
 
-- `_Guard` (pure ASGI): with a token configured, every request except `GET /healthz` and
-  `/.well-known/...` must carry `Authorization: Bearer <token>` (constant-time comparison), or gets a
-  401 whose JSON body says which token is missing or wrong and where the server's is configured.
-  `/.well-known/...` (OAuth discovery) answers 404: there is no OAuth flow to start.
+- uvicorn's h11 protocol with the connection limits of server/limits.py (read timeout, connection
+  cap with eviction, the peer's uid on a unix socket), before any byte reaches the app.
+- `_Guard` (pure ASGI): with a token configured (always, on TCP), every request except `GET /healthz`
+  and `/.well-known/...` must carry `Authorization: Bearer <token>` (constant-time comparison), or
+  gets a 401 whose JSON body says which token is missing or wrong and where the server's is
+  configured. `/.well-known/...` (OAuth discovery) answers 404: there is no OAuth flow to start.
+  `/healthz` says more than `ok` only to the token's holders (server/health.py).
 - `/mcp`: the SDK's Streamable HTTP transport, stateless: every POST stands alone, no session id is
   issued or kept, so a restart, a second replica or an idle spell never strands a client. GET and
   DELETE answer 405, as the transport specifies for a server without a notification stream or
-  sessions. Its DNS-rebinding protection (`Host`, and `Origin` when sent, must name this server)
+  sessions. A `tools/call` beyond the caps on calls in flight is answered `too_many_calls` at once. Its DNS-rebinding protection (`Host`, and `Origin` when sent, must name this server)
   applies per request; `/healthz` applies the same check.
 - uvicorn, on sockets bound here (so `--port 0` works and bind errors are reported plainly), with
   SIGTERM/SIGINT handled as a drain: stop accepting, let in-flight calls answer, close, exit 0.
@@ -36,13 +39,27 @@ import logging
 import os
 import signal
 import socket
-import sqlite3
 import threading
-import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
+
+from ccweb_index.server.health import State, health, metrics_text
+from ccweb_index.server.limits import (
+    ACCEPT_BACKLOG,
+    CURRENT_SLOT,
+    UNCAPPED_TOOLS,
+    CallLimiter,
+    Connections,
+    CountedService,
+    Limits,
+    LimitsError,
+    accept_errors_throttled,
+    client_key,
+    fit_to_descriptors,
+    protocol_class,
+    raise_nofile,
+)
 
 log = logging.getLogger("ccweb_index")
 
@@ -50,6 +67,14 @@ SOURCE_HEADER = "X-Ccweb-Source-Session"
 TOKEN_ENV = "CCWEB_INDEX_TOKEN"
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
+METRICS_PATH = "/metrics"
+# Set in each request's scope by the guard: whether it carried the token (or none is configured).
+AUTHORIZED = "ccweb_index.authorized"
+SOURCE_HEADER_BYTES = SOURCE_HEADER.lower().encode()
+# The tool error's code for a call refused by a cap (server/limits.py).
+TOO_MANY_CALLS = "too_many_calls"
+# Worker threads beyond the calls cap, for /healthz and /metrics.
+THREAD_HEADROOM = 8
 # OAuth discovery documents live here; this server has none, and says so with a 404 even without a token.
 WELL_KNOWN_PREFIX = "/.well-known/"
 REALM = "ccweb-index"
@@ -191,11 +216,11 @@ class _Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self._token is not None and not self._open(scope):
-            refusal = self._refusal(scope)
-            if refusal is not None:
-                await _send_unauthorized(send, *refusal)
-                return
+        refusal = None if self._token is None else self._refusal(scope)
+        if refusal is not None and not self._open(scope):
+            await _send_unauthorized(send, *refusal)
+            return
+        scope[AUTHORIZED] = refusal is None
         # The SSE library ends open event streams at shutdown without the final chunk; finish them
         # here so clients see a clean end of stream rather than a truncated response.
         started = finished = False
@@ -239,8 +264,8 @@ async def _send_unauthorized(send: Any, error: str, what: str) -> None:
     """A 401 a person can act on: what is wrong, and where the token is configured on both sides."""
     message = (
         f"{what}. This ccweb-index server requires `Authorization: Bearer <token>` with the token it was "
-        f"started with ({TOKEN_ENV} or --token-file on the server); configure the same token in your MCP "
-        "client's headers for this server."
+        f"started with ({TOKEN_ENV} or --token-file on the server; if neither, the one `ccweb-index token` "
+        "prints); configure the same token in your MCP client's headers for this server."
     )
     body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": UNAUTHORIZED_CODE, "message": message}}).encode()
     challenge = f'Bearer realm="{REALM}"' + (f', error="{error}"' if error else "")
@@ -251,65 +276,6 @@ async def _send_unauthorized(send: Any, error: str, what: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-# --- health --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _State:
-    """What /healthz reports besides the index: whether the first indexing pass is done."""
-
-    ready: threading.Event = field(default_factory=threading.Event)
-    start_failed: bool = False
-
-
-def _iso(ns: object) -> str | None:
-    if not isinstance(ns, int):
-        return None
-    when = datetime.fromtimestamp(ns / 1e9, tz=UTC)
-    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
-
-
-def watcher_lag(watcher: Any) -> tuple[float, int]:
-    """(seconds since the oldest change the watcher saw and has not applied, changes pending)."""
-    dirty = getattr(watcher, "dirty", None)
-    return (0.0, 0) if dirty is None else dirty.lag()
-
-
-def health(service: Any, state: _State, watch: bool) -> dict[str, Any]:
-    """The /healthz document: counts and liveness only, never a session's id, title or content."""
-    from ccweb_index.server import queries
-
-    doc: dict[str, Any] = {"ok": False, "status": "ready" if state.ready.is_set() else "starting"}
-    try:
-        # A connection of its own, read-only: never waits for the service's lock or a writer.
-        uri = f"file:{urllib.parse.quote(str(service.db_path))}?mode=ro"  # a path may hold '?', '#' or '%'
-        conn = sqlite3.connect(uri, uri=True, timeout=2.0)
-        try:
-            counts = queries.counts(conn)
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
-        doc.update(status="index unavailable", error=type(exc).__name__)
-        counts = None
-    watcher = service.watcher
-    running = bool(watcher is not None and watcher.running)
-    lag, pending = watcher_lag(watcher) if running else (0.0, 0)
-    doc["watcher"] = {"enabled": watch, "running": running, "lagSeconds": round(lag, 4), "pendingEvents": pending}
-    if counts is not None:
-        doc["sessions"] = counts["sessions"]
-        doc["unreadable"] = counts["unreadable"]
-        doc["lastReconcile"] = _iso(counts["last_reconcile_ns"])
-        if state.ready.is_set():
-            if state.start_failed:
-                doc["status"] = "initial indexing failed"
-            elif watch and not running:
-                missing = not os.path.isdir(service.sessions_dir)
-                doc["status"] = "sessions directory missing" if missing else "watcher not running"
-            else:
-                doc["ok"] = True
-    return doc
-
-
 # --- the app -------------------------------------------------------------------------------------------
 
 
@@ -318,11 +284,12 @@ def build_app(
     *,
     token: str | None,
     security: Any,
-    state: _State | None = None,
+    state: State | None = None,
     watch: bool = True,
     source_of: Callable[[Any], str | None] = source_from_request,
 ) -> Any:
-    """The ASGI app: `/mcp` (the SDK's Streamable HTTP transport) and `/healthz`, behind the guard."""
+    """The ASGI app: `/mcp` (the SDK's Streamable HTTP transport), `/healthz` and `/metrics`, behind
+    the guard. `state.calls`, when set, caps the calls in flight."""
     import anyio
     from mcp.server.transport_security import TransportSecurityMiddleware
     from starlette.applications import Starlette
@@ -332,7 +299,7 @@ def build_app(
 
     from ccweb_index.server.app import build_server
 
-    state = state or _State()
+    state = state or State()
     host_check = TransportSecurityMiddleware(security)
 
     async def healthz(request: Request) -> Response:
@@ -340,12 +307,29 @@ def build_app(
         if refused is not None:
             return refused
         doc = await anyio.to_thread.run_sync(health, service, state, watch)
-        return JSONResponse(doc, status_code=200 if doc["ok"] else 503, headers={"Cache-Control": "no-store"})
+        # Detail only for the token's holders: counts and lag tell others when the user is active.
+        detailed = request.scope.get(AUTHORIZED) and request.query_params.get("detail") not in (None, "", "0")
+        body = doc if detailed else {"ok": doc["ok"]}
+        return JSONResponse(body, status_code=200 if doc["ok"] else 503, headers={"Cache-Control": "no-store"})
 
-    mcp_server = build_server(service, source_of)
-    endpoint = _StatelessMcp(mcp_server, security)
+    async def metrics(request: Request) -> Response:
+        refused = await host_check.validate_request(request)
+        if refused is not None:
+            return refused
+        doc = await anyio.to_thread.run_sync(health, service, state, watch)
+        text = await anyio.to_thread.run_sync(metrics_text, doc)
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8", headers={"Cache-Control": "no-store"})
+
+    calls = state.calls
+    counted: Any = service if calls is None else CountedService(service)
+    mcp_server = build_server(counted, source_of)
+    endpoint = _StatelessMcp(mcp_server, security, calls, "bearer" if token is not None else "peer")
     app = Starlette(
-        routes=[Route(MCP_PATH, endpoint), Route(HEALTH_PATH, healthz, methods=["GET"])],
+        routes=[
+            Route(MCP_PATH, endpoint),
+            Route(HEALTH_PATH, healthz, methods=["GET"]),
+            Route(METRICS_PATH, metrics, methods=["GET"]),
+        ],
         lifespan=lambda _app: endpoint.run(),
     )
     return _Guard(app, token)
@@ -360,7 +344,7 @@ class _StatelessMcp:
     long. Everything else (initialize, tools/list, notifications) is one JSON answer.
     """
 
-    def __init__(self, mcp_server: Any, security: Any) -> None:
+    def __init__(self, mcp_server: Any, security: Any, calls: CallLimiter | None = None, credential: str = "") -> None:
         from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
         from mcp.server.transport_security import RequestBodyLimitMiddleware, TransportSecurityMiddleware
         from sse_starlette.sse import AppStatus
@@ -371,9 +355,18 @@ class _StatelessMcp:
         self._sse = StreamableHTTPSessionManager(mcp_server, json_response=False, stateless=True, security_settings=security)
         self._host_check = TransportSecurityMiddleware(security)
         self._app = RequestBodyLimitMiddleware(self._route, self._json.max_request_body_size)
+        self._calls = calls
+        self._credential = credential
 
     @contextlib.asynccontextmanager
     async def run(self) -> Any:
+        if self._calls is not None:
+            # Calls run in worker threads: with as many threads as admitted calls (and some for
+            # /healthz), an admitted call never queues for a thread.
+            import anyio.to_thread
+
+            threads = anyio.to_thread.current_default_thread_limiter()
+            threads.total_tokens = max(threads.total_tokens, self._calls.total + THREAD_HEADROOM)
         async with self._json.run(), self._sse.run():
             yield
 
@@ -400,26 +393,62 @@ class _StatelessMcp:
             if message["type"] != "http.request" or not message.get("more_body", False):
                 break
         body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
-        manager = self._sse if _streams(scope, body) else self._json
+        call = _tool_call(body)
+        manager = self._sse if call is not None and _accepts_sse(scope) else self._json
 
         async def replay() -> Any:
             return messages.pop(0) if messages else await receive()
 
-        await manager.handle_request(scope, replay, send)
+        slot = None
+        if call is not None and self._calls is not None and _tool_name(call) not in UNCAPPED_TOOLS:
+            admitted = self._calls.try_start(client_key(scope["headers"], self._credential, SOURCE_HEADER_BYTES))
+            if isinstance(admitted, str):
+                await _send_too_many_calls(send, call["id"], admitted)
+                return
+            slot = admitted
+            CURRENT_SLOT.set(slot)  # the worker thread holds it too (CountedService)
+        try:
+            await manager.handle_request(scope, replay, send)
+        finally:
+            if slot is not None:
+                slot.release()
 
 
-def _streams(scope: Any, body: bytes) -> bool:
-    """True for a single `tools/call` request from a client that accepts both JSON and SSE."""
-    from mcp.server.streamable_http import check_accept_headers
-    from starlette.requests import Request
-
-    if not all(check_accept_headers(Request(scope))):
-        return False
+def _tool_call(body: bytes) -> dict[str, Any] | None:
+    """The request when `body` is a single `tools/call` request (with an id), else None."""
     try:
         request = json.loads(body)
     except (ValueError, RecursionError):
-        return False
-    return isinstance(request, dict) and request.get("method") == "tools/call" and "id" in request
+        return None
+    if isinstance(request, dict) and request.get("method") == "tools/call" and "id" in request:
+        return request
+    return None
+
+
+def _tool_name(call: dict[str, Any]) -> str | None:
+    params = call.get("params")
+    name = params.get("name") if isinstance(params, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _accepts_sse(scope: Any) -> bool:
+    from mcp.server.streamable_http import check_accept_headers
+    from starlette.requests import Request
+
+    return all(check_accept_headers(Request(scope)))
+
+
+async def _send_too_many_calls(send: Any, request_id: Any, why: str) -> None:
+    """A tool error, at once: the model reads it like any other, and may call again later."""
+    error = {"error": {"code": TOO_MANY_CALLS, "message": why}}
+    text = json.dumps(error, ensure_ascii=False, separators=(",", ":"))
+    result = {"content": [{"type": "text", "text": text}], "isError": True}
+    body = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+        (b"cache-control", b"no-store"),
+    ]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
 
 
 # --- running ---------------------------------------------------------------------------------------------
@@ -433,13 +462,19 @@ class HttpOptions:
     allowed_hosts: Sequence[str] = ()
     watch: bool = True
     verbose: bool = False
+    unix_socket: str | None = None
+    limits: Limits = field(default_factory=Limits)
 
 
-def check_bind(host: str, token: str | None) -> None:
-    if token is None and not is_loopback(host):
+def check_bind(host: str, token: str | None, unix_socket: str | None = None) -> None:
+    """A TCP listener needs a token: any local user can connect to a port. A unix socket admits only
+    this uid (SO_PEERCRED), so there the token is optional."""
+    if token is None and unix_socket is None:
+        where = "" if is_loopback(host) else f" on {host}, which is not a loopback address,"
         raise StartupError(
-            f"refusing to listen on {host}, which is not a loopback address, without a token: a token is "
-            f"required (set {TOKEN_ENV} or pass --token-file), or listen on 127.0.0.1"
+            f"refusing to listen{where} without a token: any local user could read every conversation. "
+            f"Set {TOKEN_ENV} or pass --token-file (the command line creates one by default), or serve on "
+            "--unix-socket PATH"
         )
 
 
@@ -473,7 +508,7 @@ def bind_sockets(host: str, port: int) -> list[socket.socket]:
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 sock.bind(addr)
-                sock.listen(2048)
+                sock.listen(ACCEPT_BACKLOG)
                 sock.setblocking(False)
             except OSError as exc:
                 sock.close()
@@ -493,12 +528,64 @@ def bind_sockets(host: str, port: int) -> list[socket.socket]:
     return sockets
 
 
+def bind_unix_socket(path: str) -> socket.socket:
+    """A listening unix socket at `path`, 0600 from the start. A stale socket file (nobody listening)
+    is replaced; anything else at the path stops the start."""
+    from ccweb_index.indexer.private import private_umask
+
+    _clear_stale_socket(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with private_umask():  # never visible with wider permissions, not even between bind and chmod
+            sock.bind(path)
+        os.chmod(path, 0o600)
+        sock.listen(ACCEPT_BACKLOG)
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        raise StartupError(f"cannot listen on the unix socket {path}: {exc.strerror or exc}") from None
+    return sock
+
+
+def _clear_stale_socket(path: str) -> None:
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StartupError(f"cannot use {path} for the unix socket: {exc.strerror or exc}") from None
+    if not stat.S_ISSOCK(mode):
+        raise StartupError(f"{path} exists and is not a socket; choose another --unix-socket path")
+    if not _unlink_if_stale(path):
+        raise StartupError(f"another server is listening on {path}")
+
+
+def _unlink_if_stale(path: str) -> bool:
+    """Remove the socket file at `path` if nobody listens on it; True when it is gone."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # left by a server that is gone
+        return True
+    finally:
+        probe.close()
+    return False
+
+
 def _url(sock: socket.socket) -> str:
+    if sock.family == socket.AF_UNIX:
+        return f"unix:{sock.getsockname()} (http://localhost{MCP_PATH} through the socket)"
     address, port = sock.getsockname()[:2]
     return f"http://{_host_name(address)}:{port}{MCP_PATH}"
 
 
-def _make_uvicorn_server(app: Any, verbose: bool):  # type: ignore[no-untyped-def]
+def _make_uvicorn_server(app: Any, verbose: bool, protocol: type | None = None, limits: Limits | None = None):  # type: ignore[no-untyped-def]
     import uvicorn
 
     class _Server(uvicorn.Server):
@@ -523,6 +610,9 @@ def _make_uvicorn_server(app: Any, verbose: bool):  # type: ignore[no-untyped-de
         lifespan="on",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         server_header=False,
+        http=protocol or "h11",
+        timeout_keep_alive=(limits or Limits()).keep_alive_timeout,
+        backlog=ACCEPT_BACKLOG,
     )
     return _Server(config)
 
@@ -530,49 +620,68 @@ def _make_uvicorn_server(app: Any, verbose: bool):  # type: ignore[no-untyped-de
 def serve_http(service: Any, options: HttpOptions, sockets: list[socket.socket] | None = None) -> int:
     """Run until SIGTERM/SIGINT; the service is closed on the way out. Returns the exit status.
 
-    `sockets`: already listening (see `bind_sockets`), else bound here from `options`.
+    `sockets`: already listening (see `bind_sockets`, `bind_unix_socket`), else bound here from `options`.
     """
-    check_bind(options.host, options.token)
+    try:
+        check_bind(options.host, options.token, options.unix_socket)
+        if sockets is None:
+            sockets = [bind_unix_socket(options.unix_socket)] if options.unix_socket else bind_sockets(options.host, options.port)
+        nofile = raise_nofile()
+        limits = fit_to_descriptors(options.limits, len(sockets), nofile)
+    except (StartupError, LimitsError) as exc:
+        for sock in sockets or ():
+            sock.close()
+        service.close()
+        raise StartupError(str(exc)) from None
     if not options.verbose:
         logging.getLogger("mcp").setLevel(logging.WARNING)  # one INFO line per MCP session opened or closed
-    security = transport_security(options.host, options.allowed_hosts)
-    if sockets is None:
-        sockets = bind_sockets(options.host, options.port)
-
-    state = _State()
-
-    def start() -> None:
-        try:
-            service.start()
-        except Exception:
-            state.start_failed = True
-            log.exception("initial indexing failed; calls will index what they need")
-        finally:
-            state.ready.set()
-
-    app = build_app(service, token=options.token, security=security, state=state, watch=options.watch)
-    server = _make_uvicorn_server(app, options.verbose)
+    connections = Connections(limits.max_connections)
+    state = State(connections=connections, calls=CallLimiter(limits.max_calls_per_client, limits.max_calls), nofile=nofile)
+    app = build_app(service, token=options.token, security=transport_security(options.host, options.allowed_hosts),
+                    state=state, watch=options.watch)  # fmt: skip
+    peer = os.getuid() if options.unix_socket else None
+    server = _make_uvicorn_server(app, options.verbose, protocol_class(connections, limits, peer), limits)
     # A signal before uvicorn takes over (it installs its own handlers in serve()) still stops cleanly.
     previous = {
         sig: signal.signal(sig, lambda *_: setattr(server, "should_exit", True)) for sig in (signal.SIGINT, signal.SIGTERM)
     }
-    starter = threading.Thread(target=start, name="ccweb-index-start", daemon=True)
+    unix_paths = [str(sock.getsockname()) for sock in sockets if sock.family == socket.AF_UNIX]
+    starter = threading.Thread(target=_start, args=(service, state), name="ccweb-index-start", daemon=True)
     starter.start()
     for sock in sockets:
         log.info("serving MCP on %s", _url(sock))
-    if options.token is None:
-        log.info("no token configured: any local process can call this server")
+    log.info("limits: %s", ", ".join(f"{k}={v}" for k, v in vars(limits).items()))
     try:
-        asyncio.run(server.serve(sockets=sockets))
+        with accept_errors_throttled():
+            asyncio.run(server.serve(sockets=sockets))
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
+        _close_listeners(sockets, unix_paths)
         if not state.ready.is_set():
             log.info("waiting for the initial indexing to finish before closing the index")
         starter.join()
         service.close()
         log.info("stopped")
     return 0
+
+
+def _start(service: Any, state: State) -> None:
+    try:
+        service.start()
+    except Exception:
+        state.start_failed = True
+        log.exception("initial indexing failed; calls will index what they need")
+    finally:
+        state.ready.set()
+
+
+def _close_listeners(sockets: list[socket.socket], unix_paths: list[str]) -> None:
+    """Close them (uvicorn may have); the unix sockets' files go too, unless another server took the
+    path over meanwhile."""
+    for sock in sockets:
+        with contextlib.suppress(OSError):
+            sock.close()
+    for path in unix_paths:
+        with contextlib.suppress(OSError):
+            _unlink_if_stale(path)

@@ -58,6 +58,10 @@ def _command() -> str:
     return str(beside) if beside.exists() else "ccweb-index"
 
 
+# The shared server always wants a token; this one is given, so none is made in the user's config.
+HTTP_TOKEN = "load-test-token-0123456789abcdef"
+
+
 def _clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CCWEB_")}
     env.update(extra)
@@ -201,7 +205,7 @@ async def _client(spec: dict[str, Any]) -> dict[str, Any]:
     @asynccontextmanager
     async def connect() -> AsyncIterator[ClientSession]:
         if spec["transport"] == "http":
-            headers = {"X-Ccweb-Source-Session": spec["source"]}
+            headers = {"X-Ccweb-Source-Session": spec["source"], "Authorization": f"Bearer {HTTP_TOKEN}"}
             async with (
                 httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60, read=120)) as http,
                 streamable_http_client(spec["url"], http_client=http) as (read, write_),
@@ -427,7 +431,8 @@ def _start_http(sessions: Path, db: Path, log: Path) -> tuple[subprocess.Popen[b
 
     command = [_command(), "serve", "--transport", "http", "--port", "0", "--sessions-dir", str(sessions), "--db", str(db)]
     with open(log, "wb") as err:
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=_clean_env())
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                env=_clean_env(CCWEB_INDEX_TOKEN=HTTP_TOKEN))  # fmt: skip
     deadline = time.monotonic() + 120
     while True:
         found = re.search(r"serving MCP on (http://\S+/mcp)", log.read_text(errors="replace"))

@@ -65,12 +65,16 @@ class HttpServer:
 
 
 def start_http_server(
-    sessions_dir: Path, db: Path, log: Path, *, token: str | None = None, args: tuple[str, ...] = (), env: dict[str, str] | None = None
+    sessions_dir: Path, db: Path, log: Path, *, token: str | None = None, args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None, prefix: tuple[str, ...] = (), healthy: bool = True,
 ) -> HttpServer:
-    environment = _clean_env(**(env or {}))
+    """The server, listening (and with `healthy`, past its first indexing pass). `prefix`: a command
+    that runs the server (e.g. with resource limits)."""
+    # Without a configured token the server makes one under the user config directory: the test's own.
+    environment = _clean_env(XDG_CONFIG_HOME=str(log.parent / "config"), **(env or {}))
     if token is not None:
         environment["CCWEB_INDEX_TOKEN"] = token
-    command = [CCWEB_INDEX, "serve", "--transport", "http", "--port", "0", "--sessions-dir", str(sessions_dir), "--db", str(db), *args]
+    command = [*prefix, CCWEB_INDEX, "serve", "--transport", "http", "--port", "0", "--sessions-dir", str(sessions_dir), "--db", str(db), *args]
     with open(log, "wb") as err:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=environment)
     deadline = time.monotonic() + 30
@@ -85,7 +89,7 @@ def start_http_server(
         else:
             time.sleep(0.02)
     server = HttpServer(proc, port, log)
-    while True:  # ready = listening and the first indexing pass done
+    while healthy:  # ready = listening and the first indexing pass done
         try:
             if server.healthz().status_code == 200:
                 return server
@@ -95,6 +99,7 @@ def start_http_server(
             proc.kill()
             raise AssertionError(f"the HTTP server never became healthy:\n{server.stderr()}")
         time.sleep(0.02)
+    return server
 
 
 def stop(server: HttpServer) -> int:
@@ -397,17 +402,24 @@ def test_a_foreign_host_or_origin_is_refused(shared: tuple[HttpServer, Corpus, P
 # --- refusing to listen in the open ---------------------------------------------------------------------
 
 
-def test_a_non_loopback_address_needs_a_token(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
+def test_tcp_without_a_token_is_refused_by_the_library() -> None:
+    """The command line always has a token for TCP (the default one); the library refuses none."""
+    from ccweb_index.server.http import StartupError, check_bind
+
+    for host in ("127.0.0.1", "0.0.0.0", "::"):
+        with pytest.raises(StartupError, match="without a token"):
+            check_bind(host, None)
+        check_bind(host, TOKEN)
+    check_bind("127.0.0.1", None, "/run/user/1000/ccweb.sock")  # a unix socket checks the peer's uid instead
+
+
+def test_a_non_loopback_address_gets_the_default_token(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
     write_two_families(corpus)
-    for host in ("0.0.0.0", "::"):
-        result = cli("serve", "--transport", "http", "--host", host, "--port", "0",
-                     "--sessions-dir", str(corpus.path), "--db", str(db_path))  # fmt: skip
-        assert result.returncode != 0
-        assert "token is required" in result.stderr and "Traceback" not in result.stderr
-        assert not db_path.exists(), "refused before the index is opened"
-    # With a token the same address is accepted.
-    with http_server(corpus.path, db_path, tmp_path / "log", token=TOKEN, args=("--host", "0.0.0.0")) as server:
-        assert server.healthz().json()["ok"] is True
+    with http_server(corpus.path, db_path, tmp_path / "log", args=("--host", "0.0.0.0")) as server:
+        assert server.healthz().json() == {"ok": True}
+        assert raw_post(server, {}).status_code == 401
+        token = (tmp_path / "config" / "ccweb-index" / "token").read_text().strip()
+        assert raw_post(server, {"Authorization": f"Bearer {token}"}).status_code == 200
 
 
 def test_http_only_options_are_refused_for_stdio(corpus: Corpus, db_path: Path) -> None:
@@ -420,7 +432,7 @@ def test_http_only_options_are_refused_for_stdio(corpus: Corpus, db_path: Path) 
 
 def test_healthz_reports_without_session_data(shared: tuple[HttpServer, Corpus, Path]) -> None:
     server, _, _ = shared
-    response = server.healthz()
+    response = server.healthz(params={"detail": "1"}, headers={"Authorization": f"Bearer {TOKEN}"})
     assert response.status_code == 200
     doc = response.json()
     assert doc["ok"] is True and doc["sessions"] >= 6 and doc["lastReconcile"].endswith("Z")
@@ -452,12 +464,12 @@ def test_the_watcher_keeps_scope_all_current(shared: tuple[HttpServer, Corpus, P
     lags.sort()
     print(f"\nwatcher lag over HTTP (write -> visible on top of scope all), n={len(lags)}: "
           f"p50 {statistics.median(lags) * 1000:.1f} ms, max {lags[-1] * 1000:.1f} ms")  # fmt: skip
-    assert server.healthz().json()["watcher"]["running"] is True
+    assert server.healthz(params={"detail": "1"}, headers={"Authorization": f"Bearer {TOKEN}"}).json()["watcher"]["running"] is True
 
 
 def test_watcher_lag_is_the_age_of_unapplied_events() -> None:
     from ccweb_index.indexer.watch import _DirtySet
-    from ccweb_index.server.http import watcher_lag
+    from ccweb_index.server.health import watcher_lag
 
     class Watcher:
         dirty = _DirtySet()
@@ -476,10 +488,10 @@ def test_watcher_lag_is_the_age_of_unapplied_events() -> None:
 
 def test_without_a_watcher_answers_stay_fresh(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
     write_two_families(corpus)
-    with http_server(corpus.path, db_path, tmp_path / "log", args=("--no-watch",)) as server:
-        doc = server.healthz().json()
+    with http_server(corpus.path, db_path, tmp_path / "log", token=TOKEN, args=("--no-watch",)) as server:
+        doc = server.healthz(params={"detail": "1"}, headers={"Authorization": f"Bearer {TOKEN}"}).json()
         assert doc["ok"] is True and doc["watcher"] == {"enabled": False, "running": False, "lagSeconds": 0, "pendingEvents": 0}
-        with http_client_for(server.url, token=None, source="orchB") as client:
+        with http_client_for(server.url, source="orchB") as client:
             corpus.write("b2", child_of("orchB", "late part", updated="2026-11-26T00:00:00Z"))
             corpus.write("orchA", session("plan A", updated="2099-01-01T00:00:00Z"))
             payload, _ = client.call(LIST_CONVERSATIONS, {"scope": "children"})
@@ -534,9 +546,9 @@ def test_sigterm_lets_the_call_in_flight_finish_then_exits_0(tmp_path: Path, cor
 
 def test_sigint_also_stops_cleanly(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
     write_two_families(corpus)
-    server = start_http_server(corpus.path, db_path, tmp_path / "log")
+    server = start_http_server(corpus.path, db_path, tmp_path / "log", token=TOKEN)
     with start_blocking_portal() as portal:
-        with portal.wrap_async_context_manager(outliving_the_server(server.url, _headers(None, "orchA"))) as client:
+        with portal.wrap_async_context_manager(outliving_the_server(server.url, _headers(TOKEN, "orchA"))) as client:
             assert not portal.call(client.call_tool, LIST_INPUTS, {}).is_error
             server.proc.send_signal(signal.SIGINT)
             assert server.proc.wait(timeout=40) == 0

@@ -1,0 +1,217 @@
+"""A credential by default (issue #11 item 2): a generated private token for TCP, or a unix socket
+that admits only this uid."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx2
+import pytest
+from test_http import (
+    INITIALIZE,
+    LIST_INPUTS,
+    MCP_HEADERS,
+    OWN_INPUTS,
+    SOURCE_HEADER,
+    _clean_env,
+    http_client_for,
+    http_server,
+    raw_post,
+    write_two_families,
+)
+
+from conftest import CCWEB_INDEX, Corpus
+
+
+def test_without_a_token_one_is_made_private_and_kept(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
+    """Before: no token meant any local user could read every conversation. Now a token is made once,
+    0600 in a 0700 directory whatever the umask, named in the log, and the same on every start."""
+    write_two_families(corpus)
+    token_file = tmp_path / "config" / "ccweb-index" / "token"
+    old_umask = os.umask(0)
+    try:
+        with http_server(corpus.path, db_path, tmp_path / "log") as server:
+            assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+            assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
+            token = token_file.read_text().strip()
+            assert len(token) >= 32
+            assert f"token created in {token_file}" in server.stderr() and token not in server.stderr()
+            refused = raw_post(server, {SOURCE_HEADER: "orchA"})
+            assert refused.status_code == 401 and "ccweb-index token" in refused.json()["error"]["message"]
+            with http_client_for(server.url, token=token, source="orchA") as client:
+                payload, is_error = client.call(LIST_INPUTS)
+                assert not is_error and [i["content"] for i in payload["inputs"]] == OWN_INPUTS["orchA"]
+    finally:
+        os.umask(old_umask)
+    token_file.chmod(0o644)  # loosened by someone: tightened at the next start
+    with http_server(corpus.path, db_path, tmp_path / "log2") as server:
+        assert f"token kept in {token_file}" in server.stderr()
+        assert "was readable by other users" in server.stderr()
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        assert raw_post(server, {"Authorization": f"Bearer {token}"}).status_code == 200
+    printed = subprocess.run([CCWEB_INDEX, "token"], capture_output=True, text=True, timeout=60,
+                             env=_clean_env(XDG_CONFIG_HOME=str(tmp_path / "config")))  # fmt: skip
+    assert printed.returncode == 0 and printed.stdout.strip() == token
+
+
+def test_a_configured_token_wins_and_no_file_is_made(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
+    write_two_families(corpus)
+    with http_server(corpus.path, db_path, tmp_path / "log", token="configured-token-0123456789") as server:
+        assert raw_post(server, {"Authorization": "Bearer configured-token-0123456789"}).status_code == 200
+    assert not (tmp_path / "config").exists()
+
+
+# --- the unix socket ---------------------------------------------------------------------------------------
+
+
+@contextmanager
+def unix_server(corpus: Corpus, db: Path, path: Path, log: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    command = [CCWEB_INDEX, "serve", "--transport", "http", "--unix-socket", str(path),
+               "--sessions-dir", str(corpus.path), "--db", str(db)]  # fmt: skip
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                env=_clean_env(XDG_CONFIG_HOME=str(log.parent / "config"), **(env or {})))  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while uds_get(path, "/healthz") != 200:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=40) == 0
+
+
+def uds_get(path: Path, target: str, headers: dict[str, str] | None = None) -> int | None:
+    try:
+        with httpx2.Client(transport=httpx2.HTTPTransport(uds=str(path))) as client:
+            return client.get(f"http://localhost{target}", headers=headers, timeout=10).status_code
+    except httpx2.TransportError:
+        return None
+
+
+def test_unix_socket_private_no_token_needed(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
+    """0600 whatever the umask; this uid's clients need no token (the SDK's client, over the socket);
+    no token file is made; the socket file goes at exit."""
+    write_two_families(corpus)
+    path = tmp_path / "ccweb.sock"
+    old_umask = os.umask(0)
+    try:
+        with unix_server(corpus, db_path, path, tmp_path / "log"):
+            assert stat.S_ISSOCK(path.stat().st_mode) and stat.S_IMODE(path.stat().st_mode) == 0o600
+            assert f"serving MCP on unix:{path}" in (tmp_path / "log").read_text()
+            with httpx2.Client(transport=httpx2.HTTPTransport(uds=str(path))) as client:
+                headers = {**MCP_HEADERS, SOURCE_HEADER: "orchB"}
+                assert client.post("http://localhost/mcp", json=INITIALIZE, headers=headers, timeout=10).status_code == 200
+                answer = client.post("http://localhost/mcp", headers=headers, timeout=30, json={
+                    "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": LIST_INPUTS, "arguments": {}}})  # fmt: skip
+                assert answer.status_code == 200 and "plan B" in answer.text
+                assert uds_get(path, "/healthz?detail=1") == 200
+                assert "sessions" in client.get("http://localhost/healthz?detail=1", timeout=10).json()
+    finally:
+        os.umask(old_umask)
+    assert not path.exists(), "the socket file was left behind"
+    assert not (tmp_path / "config").exists(), "a token was made for a unix socket"
+
+
+def test_unix_socket_with_a_configured_token_still_needs_it(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
+    path = tmp_path / "ccweb.sock"
+    token = "socket-token-0123456789abcdef"
+    with unix_server(corpus, db_path, path, tmp_path / "log", env={"CCWEB_INDEX_TOKEN": token}):
+        assert uds_get(path, "/mcp") == 401
+        assert uds_get(path, "/healthz?detail=1", {"Authorization": f"Bearer {token}"}) == 200
+
+
+def _as_nobody_connect(path: Path) -> str:
+    """In a child that dropped to nobody: connect to `path` and send a request; what came of it."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read)
+        outcome = b"?"
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(10)
+            sock.connect(str(path))
+            try:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                data = sock.recv(100)
+                outcome = b"answered: " + data if data else b"closed"
+            except (ConnectionResetError, BrokenPipeError):
+                outcome = b"closed"
+        except PermissionError:
+            outcome = b"permission denied"
+        except BaseException as exc:
+            outcome = repr(exc).encode()
+        os.write(write, outcome)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        outcome = f.read().decode(errors="replace")
+    os.waitpid(pid, 0)
+    return outcome
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")
+def test_unix_socket_refuses_another_uid(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
+    """As nobody: the 0600 socket cannot be connected to; even opened up (chmod 666), the peer's uid
+    (SO_PEERCRED) gets the connection closed without an answer."""
+    write_two_families(corpus)
+    reachable = Path(tempfile.mkdtemp(prefix="ccweb-sock-", dir="/tmp"))  # pytest's tmp_path is 0700 from /tmp on
+    reachable.chmod(0o755)
+    path = reachable / "ccweb.sock"
+    try:
+        with unix_server(corpus, db_path, path, tmp_path / "log"):
+            assert _as_nobody_connect(path) == "permission denied"
+            path.chmod(0o666)
+            assert _as_nobody_connect(path) == "closed"
+            assert uds_get(path, "/healthz") == 200  # this uid still gets in
+            log = (tmp_path / "log").read_text()
+            assert re.search(r"refused a unix-socket connection from uid 65534", log), log
+    finally:
+        shutil.rmtree(reachable)
+
+
+def test_unix_socket_path_checks(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
+    """A stale socket file is replaced; a regular file, or a socket someone listens on, is refused;
+    --unix-socket with --port is a usage error."""
+    stale = tmp_path / "stale.sock"
+    left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    left.bind(str(stale))
+    left.close()  # the file stays, nobody listens
+    with unix_server(corpus, db_path, stale, tmp_path / "log"):
+        pass
+
+    def serve(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([CCWEB_INDEX, "serve", "--transport", "http", *args, "--sessions-dir", str(corpus.path),
+                               "--db", str(db_path)], capture_output=True, text=True, env=_clean_env(), timeout=60)  # fmt: skip
+
+    regular = tmp_path / "file"
+    regular.write_text("keep me")
+    result = serve("--unix-socket", str(regular))
+    assert result.returncode == 1 and "is not a socket" in result.stderr and regular.read_text() == "keep me"
+    busy = tmp_path / "busy.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(busy))
+    listener.listen(1)
+    try:
+        result = serve("--unix-socket", str(busy))
+        assert result.returncode == 1 and "another server is listening" in result.stderr
+    finally:
+        listener.close()
+    result = serve("--unix-socket", str(tmp_path / "x.sock"), "--port", "9")
+    assert result.returncode == 2 and "--unix-socket replaces --host and --port" in result.stderr
