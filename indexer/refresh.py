@@ -18,13 +18,17 @@ from ccweb_index.indexer.files import (
     lstat_session,
 )
 from ccweb_index.indexer.handle import IndexHandle
-from ccweb_index.indexer.load import Loaded, UnreadableLog, load_many
+from ccweb_index.indexer.load import PARSE_BYTES_IN_FLIGHT, Loaded, UnreadableLog, Wanted, load_many
+from ccweb_index.indexer.sessionfile import Checkpoint
 
 # Bounds one write transaction, so readers in other processes never wait long.
 _BATCH_FILES = 1000
 _BATCH_BYTES = 64 * 1024 * 1024
 # `status` shows the last reconcile to the minute; refreshing the stamp more often would be a write per call.
 _RECONCILE_STAMP_NS = 30 * 1_000_000_000
+# A resumed read whose base version was replaced meanwhile is redone from the new one this many
+# times (another thread re-indexing the same growing file), then the file is parsed whole.
+_RESUME_ATTEMPTS = 3
 
 
 @dataclass
@@ -37,7 +41,8 @@ class RefreshStats:
 
 
 class Indexer:
-    """Reads session files and writes the index. Thread-safe: the handle's lock guards the connection.
+    """Reads session files and writes the index. Thread-safe: the handle's lock guards the connection,
+    and is held only to read the index and to commit; files are read and parsed without it.
 
     Its sqlite3 errors come out as the types of indexer.errors (through `IndexHandle.connection`);
     an OSError is the sessions directory's own (a file's failure is noted per file instead).
@@ -49,19 +54,22 @@ class Indexer:
         *,
         max_session_bytes: int = DEFAULT_MAX_SESSION_BYTES,
         unreadable: UnreadableLog | None = None,
+        parse_bytes_in_flight: int = PARSE_BYTES_IN_FLIGHT,
     ) -> None:
         self.handle = handle
         self.sessions_dir = handle.sessions_dir
         self.lock = handle.lock
         self.max_session_bytes = max_session_bytes
+        self.parse_bytes_in_flight = parse_bytes_in_flight
         self.unreadable = unreadable or UnreadableLog()
 
     # --- the ways in ------------------------------------------------------------------------
 
     def ready(self) -> None:
         """Make sure the index in use is the one at the path (`IndexHandle.ready`) and, after it was
-        replaced or re-opened, in line with the files. Raises IndexUnavailable when there is none."""
-        with self.lock:
+        replaced or re-opened, in line with the files. Raises IndexUnavailable when there is none.
+        (That reconcile runs under the lock throughout: until it is done the index answers nothing.)"""
+        with self.handle.held():
             self.handle.ready()
             if self.handle.needs_reconcile:
                 self.reconcile()
@@ -77,10 +85,12 @@ class Indexer:
                 # The directory is gone: it holds no sessions until it is back.
                 dir_sig, looked_at, listing = None, time.time_ns(), {}
             stored = store.stored_signatures(conn)
-            stats = self._bring_in_line(conn, set(listing) | set(stored), stored, progress=progress)
-            self._record_listing(conn, dir_sig, looked_at, reconciled=True)
-            self.handle.reconciled()
-            return stats
+        stats = self._bring_in_line(set(listing) | set(stored), stored, progress=progress)
+        with self.handle.connection() as now:
+            self._record_listing(now, dir_sig, looked_at, reconciled=True)
+            if now is conn:  # the index was not replaced meanwhile (a new one needs its own reconcile)
+                self.handle.reconciled()
+        return stats
 
     def refresh(self, session_ids: Iterable[str]) -> RefreshStats:
         """Bring these sessions in line: stat each, and read those whose signature moved or is racy."""
@@ -89,7 +99,7 @@ class Indexer:
             return RefreshStats()
         with self.handle.connection() as conn:
             stored = store.stored_signatures(conn, ids)
-            return self._bring_in_line(conn, ids, stored)
+        return self._bring_in_line(ids, stored)
 
     def refresh_listing(self) -> RefreshStats:
         """Notice files added, removed or replaced since the last listing, without a stat per file.
@@ -107,10 +117,11 @@ class Indexer:
             looked_at = time.time_ns()
             listing = list_sessions(self.sessions_dir)
             stored = store.stored_signatures(conn)
-            moved = {i for i in set(listing) | set(stored) if i not in stored or listing.get(i) != stored[i].sig.ino}
-            stats = self._bring_in_line(conn, moved, stored)
+        moved = {i for i in set(listing) | set(stored) if i not in stored or listing.get(i) != stored[i].sig.ino}
+        stats = self._bring_in_line(moved, stored)
+        with self.handle.connection() as conn:
             self._record_listing(conn, dir_sig, looked_at)
-            return stats
+        return stats
 
     # --- the work ---------------------------------------------------------------------------
 
@@ -132,17 +143,34 @@ class Indexer:
 
     def _bring_in_line(
         self,
-        conn: sqlite3.Connection,
         ids: Iterable[str],
         stored: dict[str, store.Stored],
         *,
         progress: Callable[[int, int], None] | None = None,
     ) -> RefreshStats:
+        """Stat `ids`, read (outside the lock) those that moved, and commit them in short batches.
+
+        A file resumed from a checkpoint is committed only if the index still holds the version the
+        checkpoint describes; if another thread or process committed another version meanwhile, the
+        file is looked at again (and, after _RESUME_ATTEMPTS, parsed whole)."""
         stats = RefreshStats()
+        ids = list(ids)
+        stats.examined = len(ids)
+        for attempt in range(_RESUME_ATTEMPTS + 1):
+            gone, wanted = self._examine(ids, stored)
+            resume = attempt < _RESUME_ATTEMPTS
+            ids = self._load_and_write(wanted, gone, stored, stats, progress, resume=resume)
+            if not ids:
+                break
+            with self.handle.connection() as conn:
+                stored = store.stored_signatures(conn, ids)
+        return stats
+
+    def _examine(self, ids: Iterable[str], stored: dict[str, store.Stored]) -> tuple[list[str], list[tuple[str, int]]]:
+        """(ids whose file is gone, (id, size) of those to read): one lstat each, no lock."""
         gone: list[str] = []
         wanted: list[tuple[str, int]] = []
         for session_id in ids:
-            stats.examined += 1
             st = lstat_session(self.sessions_dir, session_id)
             known = stored.get(session_id)
             if st is None:
@@ -152,9 +180,28 @@ class Indexer:
                 wanted.append((session_id, st.st_size))
         # In key order, a build appends to the tables' B-trees instead of rewriting pages all over them.
         wanted.sort()
+        return gone, wanted
+
+    def _load_and_write(
+        self,
+        wanted: list[tuple[str, int]],
+        gone: list[str],
+        stored: dict[str, store.Stored],
+        stats: RefreshStats,
+        progress: Callable[[int, int], None] | None,
+        *,
+        resume: bool,
+    ) -> list[str]:
+        """Load `wanted` and commit batches of it; the ids to look at again (their base moved)."""
+        checkpoints: dict[str, Checkpoint] = {}
+        if resume and wanted:
+            with self.handle.connection() as conn:
+                checkpoints = store.stored_checkpoints(conn, [session_id for session_id, _ in wanted])
+        plan = [Wanted(session_id, size, checkpoints.get(session_id)) for session_id, size in wanted]
+        again: list[str] = []
         pending: list[Loaded] = []
         pending_bytes = 0
-        loads = load_many(self.sessions_dir, wanted, self.max_session_bytes)
+        loads = load_many(self.sessions_dir, plan, self.max_session_bytes, self.parse_bytes_in_flight)
         for done, (session_id, loaded) in enumerate(loads, 1):
             if loaded is None:
                 if session_id in stored:
@@ -163,24 +210,20 @@ class Indexer:
                 pending.append(loaded)
                 pending_bytes += loaded.size
             if len(pending) >= _BATCH_FILES or pending_bytes >= _BATCH_BYTES:
-                self._write(conn, pending, [], stored, stats)
+                again += self._write(pending, [], stored, stats)
                 pending, pending_bytes = [], 0
             if progress is not None:
                 progress(done, len(wanted))
-        self._write(conn, pending, gone, stored, stats)
-        return stats
+        again += self._write(pending, gone, stored, stats)
+        return again
 
     def _write(
-        self,
-        conn: sqlite3.Connection,
-        loaded: list[Loaded],
-        gone: list[str],
-        stored: dict[str, store.Stored],
-        stats: RefreshStats,
-    ) -> None:
+        self, loaded: list[Loaded], gone: list[str], stored: dict[str, store.Stored], stats: RefreshStats
+    ) -> list[str]:
+        """Commit a batch (one short write transaction); the ids whose resumed read no longer applies."""
         if not loaded and not gone:
-            return
-        with write_transaction(conn):
+            return []
+        with self.handle.connection() as conn, write_transaction(conn):
             # Other processes write this index too, and one may have committed since `stored` was
             # read. Under the write lock: a read replaces a row only if it saw the file in the same
             # or a later state (ctime orders a file's states; userspace cannot set it back), so a
@@ -188,9 +231,18 @@ class Indexer:
             # forgotten only if its row is still the one that was seen.
             now = store.stored_signatures(conn, [item.session_id for item in loaded] + gone)
             loaded = [item for item in loaded if self._newer_than_row(item, now.get(item.session_id))]
+            # A resumed read adds to the version its checkpoint describes: it must still be the one here.
+            resumed = [item.session_id for item in loaded if item.base is not None]
+            held = store.stored_checkpoints(conn, resumed) if resumed else {}
+            stale = {item.session_id for item in loaded if item.base is not None and held.get(item.session_id) != item.base}
+            loaded = [item for item in loaded if item.session_id not in stale]
             gone = [i for i in gone if i in now and i in stored and now[i].sig == stored[i].sig]
             store.record_loaded(conn, loaded)
             store.forget(conn, gone)
+        self._count(loaded, gone, stats)
+        return sorted(stale)
+
+    def _count(self, loaded: list[Loaded], gone: list[str], stats: RefreshStats) -> None:
         for item in loaded:
             stats.read += 1
             stats.changed.add(item.session_id)

@@ -73,3 +73,24 @@ def m003_meta(db: Database) -> None:
     # Index-wide facts: which directory this index is for, the directory's stat signature at the
     # last listing (to notice files added or removed without listing again), the last reconcile.
     db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID")
+
+
+@migrations()
+def m004_checkpoints(db: Database) -> None:
+    # Where a large session file's messages array can be resumed from (indexer.sessionfile.Checkpoint),
+    # describing the version whose user_inputs rows the index holds: written with them, in the same
+    # transaction, and left alone when a later version is unreadable (the last good one stays).
+    db.execute(
+        """
+        CREATE TABLE checkpoints (
+            session_id TEXT PRIMARY KEY,
+            cut INTEGER NOT NULL,
+            crc INTEGER NOT NULL,
+            messages INTEGER NOT NULL,
+            inputs INTEGER NOT NULL,
+            first_time INTEGER,
+            newest_time INTEGER,
+            times_known INTEGER NOT NULL
+        ) WITHOUT ROWID
+        """
+    )
