@@ -112,13 +112,19 @@ NOT_RESUMED = NotResumed()
 
 
 def load_session(
-    sessions_dir: str, session_id: str, max_bytes: int, resume_from: Checkpoint | None = None, *, whole: bool = True
-) -> Loaded | None | NotResumed:
+    sessions_dir: str, session_id: str, max_bytes: int, resume_from: Checkpoint | None = None
+) -> Loaded | None:
     """Read and parse one session file; None if it is not (or no longer) a session.
+    `resume_from`: the checkpoint of the indexed version, tried first."""
+    loaded = _load(sessions_dir, session_id, max_bytes, resume_from, whole=True)
+    assert not isinstance(loaded, NotResumed)  # parsed whole when it could not be resumed
+    return loaded
 
-    `resume_from`: the checkpoint of the indexed version, tried first. `whole=False`: only try it,
-    and answer NOT_RESUMED when the file must be parsed whole.
-    """
+
+def _load(
+    sessions_dir: str, session_id: str, max_bytes: int, resume_from: Checkpoint | None, *, whole: bool
+) -> Loaded | None | NotResumed:
+    """`load_session`; with whole=False, NOT_RESUMED instead of parsing a file that cannot be resumed."""
     path = os.path.join(sessions_dir, session_id + ".json")
     try:
         data, sig, looked_at = read_session_file(path, max_bytes)
@@ -153,13 +159,7 @@ def load_session(
 
 
 def _load_chunk(sessions_dir: str, chunk: list[Wanted], max_bytes: int) -> list[Loaded | None]:
-    return [_load_here(sessions_dir, w, max_bytes) for w in chunk]
-
-
-def _load_here(sessions_dir: str, wanted: Wanted, max_bytes: int) -> Loaded | None:
-    loaded = load_session(sessions_dir, wanted.session_id, max_bytes, wanted.resume_from)
-    assert not isinstance(loaded, NotResumed)  # parsed whole when it could not be resumed
-    return loaded
+    return [load_session(sessions_dir, w.session_id, max_bytes, w.resume_from) for w in chunk]
 
 
 # Across the pipe, a Loaded travels as plain tuples: unpickling a dataclass (or a NamedTuple, whose
@@ -197,12 +197,12 @@ def load_many(
     total = sum(w.size for w in whole)
     if not any(w.size >= ALONE_MIN_BYTES for w in whole) and (total < PARALLEL_MIN_BYTES or workers < 2 or len(whole) < 2):
         for w in wanted:
-            yield w.session_id, _load_here(sessions_dir, w, max_bytes)
+            yield w.session_id, load_session(sessions_dir, w.session_id, max_bytes, w.resume_from)
         return
     # Resumable files first, here (cheap); those that cannot be resumed join the workers' share.
     for w in wanted:
         if w.resume_from is not None:
-            loaded = load_session(sessions_dir, w.session_id, max_bytes, w.resume_from, whole=False)
+            loaded = _load(sessions_dir, w.session_id, max_bytes, w.resume_from, whole=False)
             if isinstance(loaded, NotResumed):
                 whole.append(Wanted(w.session_id, w.size))
             else:

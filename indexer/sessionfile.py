@@ -14,8 +14,8 @@ import json
 import math
 import re
 import zlib
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 import msgspec
