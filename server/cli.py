@@ -15,6 +15,7 @@ import click
 
 from ccweb_index.indexer.errors import IndexFailure, IndexMismatch
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, ignored_entries
+from ccweb_index.indexer.load import PARSE_BYTES_IN_FLIGHT
 from ccweb_index.server.service import Service
 
 log = logging.getLogger("ccweb_index")
@@ -50,13 +51,32 @@ def _sessions_dir_option(func: Any) -> Any:
         show_default=True,
         help="Session files larger than this are not read, and count as unreadable.",
     )(func)
+    func = click.option(
+        "--parse-bytes-in-flight",
+        envvar="CCWEB_PARSE_BYTES_IN_FLIGHT",
+        type=click.IntRange(min=1),
+        default=PARSE_BYTES_IN_FLIGHT,
+        show_default=True,
+        expose_value=False,
+        callback=_remember,
+        help="Cap on the bytes of the session files being parsed at once (env CCWEB_PARSE_BYTES_IN_FLIGHT); "
+        "a single larger file is still parsed, alone.",
+    )(func)
     func = click.option("-v", "--verbose", is_flag=True, help="Log debug detail to stderr.")(func)
     return func
 
 
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    # Settings every command passes straight to the Service, kept off the commands' signatures.
+    if param.name is not None:
+        ctx.meta[param.name] = value
+    return value
+
+
 def _open_service(sessions_dir: str, db: str | None, max_session_bytes: int, **kwargs: Any) -> Service:
     try:
-        return Service(sessions_dir, db, max_session_bytes=max_session_bytes, **kwargs)
+        budget = click.get_current_context().meta.get("parse_bytes_in_flight", PARSE_BYTES_IN_FLIGHT)
+        return Service(sessions_dir, db, max_session_bytes=max_session_bytes, parse_bytes_in_flight=budget, **kwargs)
     except IndexMismatch as exc:
         raise click.ClickException(str(exc)) from None
 

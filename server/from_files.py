@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ccweb_index.indexer.files import list_sessions, lstat_session
-from ccweb_index.indexer.load import UnreadableLog, Wanted, load_many, load_session
+from ccweb_index.indexer.load import PARSE_BYTES_IN_FLIGHT, UnreadableLog, Wanted, load_many, load_session
 from ccweb_index.indexer.row import SessionRow
 from ccweb_index.server import queries
 from ccweb_index.server.tools import (
@@ -40,11 +40,19 @@ _LAST_GOOD_WAIT_SECONDS = 0.2
 
 
 class FileAnswers:
-    def __init__(self, sessions_dir: str, db_path: Path, max_session_bytes: int, unreadable: UnreadableLog) -> None:
+    def __init__(
+        self,
+        sessions_dir: str,
+        db_path: Path,
+        max_session_bytes: int,
+        unreadable: UnreadableLog,
+        parse_bytes_in_flight: int = PARSE_BYTES_IN_FLIGHT,
+    ) -> None:
         self.sessions_dir = sessions_dir
         self.db_path = db_path
         self.max_session_bytes = max_session_bytes
         self.unreadable = unreadable
+        self.parse_bytes_in_flight = parse_bytes_in_flight
         self._pass = SharedPass(self._read_directory)
 
     def inputs(self, request: InputsRequest, use_index: bool) -> dict[str, Any]:
@@ -84,7 +92,7 @@ class FileAnswers:
                 wanted.append(Wanted(session_id, st.st_size))
         rows: list[SessionRow] = []
         bad: list[str] = []
-        for session_id, loaded in load_many(self.sessions_dir, wanted, self.max_session_bytes):
+        for session_id, loaded in load_many(self.sessions_dir, wanted, self.max_session_bytes, self.parse_bytes_in_flight):
             if loaded is None:
                 continue
             if loaded.row is None:
