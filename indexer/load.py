@@ -54,6 +54,10 @@ PARSE_BYTES_IN_FLIGHT = 256 * 1024 * 1024
 # Files this large get a checkpoint, so that their next version can be resumed; smaller ones parse
 # whole in a few milliseconds.
 CHECKPOINT_MIN_BYTES = 1024 * 1024
+# A file that could not be resumed and changed since it was read is read again, up to this many
+# times this far apart, before it is parsed whole: a rewrite of a big file takes a while.
+_SETTLE_ATTEMPTS = 5
+_SETTLE_SECONDS = 0.02
 _CHUNK_BYTES = 8 * 1024 * 1024
 _CHUNK_FILES = 64
 _CHUNKS_IN_FLIGHT = 2  # per worker: one parsed while the other's answer is read
@@ -126,19 +130,18 @@ def _load(
 ) -> Loaded | None | NotResumed:
     """`load_session`; with whole=False, NOT_RESUMED instead of parsing a file that cannot be resumed."""
     path = os.path.join(sessions_dir, session_id + ".json")
-    try:
-        data, sig, looked_at = read_session_file(path, max_bytes)
-    except NotASession:
-        return None
-    except (TooLarge, OSError) as exc:
-        st = lstat_session(sessions_dir, session_id)
-        if st is None:
+    for attempt in range(_SETTLE_ATTEMPTS):
+        try:
+            data, sig, looked_at = read_session_file(path, max_bytes)
+        except NotASession:
             return None
-        sig = Signature.of(st)
-        reason = str(exc) if isinstance(exc, TooLarge) else f"cannot read: {exc.strerror or exc}"
-        return Loaded(session_id, sig, is_racy(sig, time.time_ns()), reason, 0)
+        except (TooLarge, OSError) as exc:
+            return _not_read(sessions_dir, session_id, exc)
+        parsed = None if resume_from is None else resume_session(data, resume_from)
+        if parsed is not None or resume_from is None or not _moved_on(sessions_dir, session_id, sig, attempt):
+            break
+        time.sleep(_SETTLE_SECONDS)
     racy = is_racy(sig, looked_at)
-    parsed = None if resume_from is None else resume_session(data, resume_from)
     base = resume_from if parsed is not None else None
     if parsed is None:
         if not whole:
@@ -156,6 +159,22 @@ def _load(
     )  # fmt: skip
     inputs = [(seq, i.message_id, i.created_at_ms, i.content) for seq, i in enumerate(parsed.user_inputs, first)]
     return Loaded(session_id, sig, racy, None, len(data), row, inputs, parsed.checkpoint, base)
+
+
+def _not_read(sessions_dir: str, session_id: str, exc: TooLarge | OSError) -> Loaded | None:
+    st = lstat_session(sessions_dir, session_id)
+    if st is None:
+        return None
+    sig = Signature.of(st)
+    reason = str(exc) if isinstance(exc, TooLarge) else f"cannot read: {exc.strerror or exc}"
+    return Loaded(session_id, sig, is_racy(sig, time.time_ns()), reason, 0)
+
+
+def _moved_on(sessions_dir: str, session_id: str, read: Signature, attempt: int) -> bool:
+    """Whether a file that could not be resumed has changed since it was read (cc-web is still
+    writing it): then it is read again, rather than parsed whole in a state already gone."""
+    st = lstat_session(sessions_dir, session_id)
+    return attempt < _SETTLE_ATTEMPTS - 1 and st is not None and Signature.of(st) != read
 
 
 def _load_chunk(sessions_dir: str, chunk: list[Wanted], max_bytes: int) -> list[Loaded | None]:
@@ -192,21 +211,23 @@ def load_many(
 ) -> Iterator[tuple[str, Loaded | None]]:
     """Load files, in parallel when there is enough to read, with at most `budget` bytes in flight
     in the workers (at most one per core)."""
+    # Resumable files first, here (cheap); those that cannot be resumed are parsed whole below.
+    whole: list[Wanted] = []
+    for w in wanted:
+        if w.resume_from is None:
+            whole.append(w)
+            continue
+        loaded = _load(sessions_dir, w.session_id, max_bytes, w.resume_from, whole=False)
+        if isinstance(loaded, NotResumed):
+            whole.append(Wanted(w.session_id, w.size))
+        else:
+            yield w.session_id, loaded
     workers = os.cpu_count() or 1
-    whole = [w for w in wanted if w.resume_from is None]
     total = sum(w.size for w in whole)
     if not any(w.size >= ALONE_MIN_BYTES for w in whole) and (total < PARALLEL_MIN_BYTES or workers < 2 or len(whole) < 2):
-        for w in wanted:
-            yield w.session_id, load_session(sessions_dir, w.session_id, max_bytes, w.resume_from)
+        for w in whole:
+            yield w.session_id, load_session(sessions_dir, w.session_id, max_bytes)
         return
-    # Resumable files first, here (cheap); those that cannot be resumed join the workers' share.
-    for w in wanted:
-        if w.resume_from is not None:
-            loaded = _load(sessions_dir, w.session_id, max_bytes, w.resume_from, whole=False)
-            if isinstance(loaded, NotResumed):
-                whole.append(Wanted(w.session_id, w.size))
-            else:
-                yield w.session_id, loaded
     whole.sort(key=lambda w: w.session_id)
     yield from _load_in_workers(sessions_dir, list(_chunks(whole)), max_bytes, workers, budget)
 
