@@ -56,7 +56,7 @@ PARSE_BYTES_IN_FLIGHT = 256 * 1024 * 1024
 CHECKPOINT_MIN_BYTES = 1024 * 1024
 # A file that could not be resumed and changed since it was read is read again, up to this many
 # times this far apart, before it is parsed whole: a rewrite of a big file takes a while.
-_SETTLE_ATTEMPTS = 5
+_SETTLE_ATTEMPTS = 10
 _SETTLE_SECONDS = 0.02
 _CHUNK_BYTES = 8 * 1024 * 1024
 _CHUNK_FILES = 64
@@ -108,11 +108,12 @@ class UnreadableLog:
         self._logged.pop(session_id, None)
 
 
+@dataclass(frozen=True, slots=True)
 class NotResumed:
-    """The file cannot be resumed from its checkpoint; it must be parsed whole."""
+    """The file cannot be resumed from its checkpoint; it must be parsed whole. `size`: as read
+    (the size seen when it was chosen may be that of a moment in the middle of a rewrite)."""
 
-
-NOT_RESUMED = NotResumed()
+    size: int
 
 
 def load_session(
@@ -138,14 +139,16 @@ def _load(
         except (TooLarge, OSError) as exc:
             return _not_read(sessions_dir, session_id, exc)
         parsed = None if resume_from is None else resume_session(data, resume_from)
-        if parsed is not None or resume_from is None or not _moved_on(sessions_dir, session_id, sig, attempt):
+        if parsed is not None or resume_from is None or attempt == _SETTLE_ATTEMPTS - 1:
             break
         time.sleep(_SETTLE_SECONDS)
+        if not _moved_on(sessions_dir, session_id, sig):
+            break
     racy = is_racy(sig, looked_at)
     base = resume_from if parsed is not None else None
     if parsed is None:
         if not whole:
-            return NOT_RESUMED
+            return NotResumed(len(data))
         try:
             parsed = parse_session(data, checkpoint_from=CHECKPOINT_MIN_BYTES)
         except Unreadable as exc:
@@ -170,11 +173,12 @@ def _not_read(sessions_dir: str, session_id: str, exc: TooLarge | OSError) -> Lo
     return Loaded(session_id, sig, is_racy(sig, time.time_ns()), reason, 0)
 
 
-def _moved_on(sessions_dir: str, session_id: str, read: Signature, attempt: int) -> bool:
+def _moved_on(sessions_dir: str, session_id: str, read: Signature) -> bool:
     """Whether a file that could not be resumed has changed since it was read (cc-web is still
-    writing it): then it is read again, rather than parsed whole in a state already gone."""
+    writing it): then it is read again, rather than parsed whole in a state already gone. A write
+    sets the times when it starts, and only the size moves while it copies: hence the wait before."""
     st = lstat_session(sessions_dir, session_id)
-    return attempt < _SETTLE_ATTEMPTS - 1 and st is not None and Signature.of(st) != read
+    return st is not None and Signature.of(st) != read
 
 
 def _load_chunk(sessions_dir: str, chunk: list[Wanted], max_bytes: int) -> list[Loaded | None]:
@@ -211,7 +215,9 @@ def load_many(
 ) -> Iterator[tuple[str, Loaded | None]]:
     """Load files, in parallel when there is enough to read, with at most `budget` bytes in flight
     in the workers (at most one per core)."""
-    # Resumable files first, here (cheap); those that cannot be resumed are parsed whole below.
+    # Resumable files first, here (cheap). Those that cannot be resumed now are loaded again below,
+    # still with their checkpoint (a rewrite caught half-way may be complete by then), sized by the
+    # largest of what was seen: a stat or read in the middle of a rewrite sees a small file.
     whole: list[Wanted] = []
     for w in wanted:
         if w.resume_from is None:
@@ -219,14 +225,14 @@ def load_many(
             continue
         loaded = _load(sessions_dir, w.session_id, max_bytes, w.resume_from, whole=False)
         if isinstance(loaded, NotResumed):
-            whole.append(Wanted(w.session_id, w.size))
+            whole.append(Wanted(w.session_id, max(w.size, loaded.size, w.resume_from.cut), w.resume_from))
         else:
             yield w.session_id, loaded
     workers = os.cpu_count() or 1
     total = sum(w.size for w in whole)
     if not any(w.size >= ALONE_MIN_BYTES for w in whole) and (total < PARALLEL_MIN_BYTES or workers < 2 or len(whole) < 2):
         for w in whole:
-            yield w.session_id, load_session(sessions_dir, w.session_id, max_bytes)
+            yield w.session_id, load_session(sessions_dir, w.session_id, max_bytes, w.resume_from)
         return
     whole.sort(key=lambda w: w.session_id)
     yield from _load_in_workers(sessions_dir, list(_chunks(whole)), max_bytes, workers, budget)
