@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from conftest import CCWEB_INDEX, Corpus, session
+from conftest import CCWEB_INDEX, Corpus, session, stdio_client_for
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -72,3 +72,16 @@ def test_status_lists_unreadable_files_with_reasons(corpus: Corpus, db_path: Pat
     assert "unreadable torn.json: invalid JSON" in result.stdout
     assert "unreadable arr.json: top level is not a JSON object" in result.stdout
     assert str(db_path) in result.stdout and "last reconcile: " in result.stdout
+
+
+def test_the_parse_budget_option_reaches_every_command(corpus: Corpus, db_path: Path) -> None:
+    """--parse-bytes-in-flight / CCWEB_PARSE_BYTES_IN_FLIGHT: `serve` over stdio opens its service in
+    another thread than the command's, which has no click context of its own."""
+    corpus.write("a", session("hello"))
+    called = run("call", "--sessions-dir", str(corpus.path), "--db", str(db_path), "--parse-bytes-in-flight", "4096",
+                 "ccweb_list_user_inputs", '{"conversationId": "a"}')  # fmt: skip
+    assert called.returncode == 0, called.stderr
+    for args, env in ((("--parse-bytes-in-flight", "4096"), None), ((), {"CCWEB_PARSE_BYTES_IN_FLIGHT": "4096"})):
+        with stdio_client_for(corpus.path, db_path, args=args, env=env) as client:
+            payload, is_error = client.call("ccweb_list_user_inputs", {"conversationId": "a"})
+        assert not is_error and [i["content"] for i in payload["inputs"]] == ["hello"]
