@@ -14,6 +14,8 @@ What happens when the index fails (docs/reliability.md):
 - Each fault is logged once when it starts (and at INFO when it ends), never once per call.
 
 One re-entrant lock guards the handle and its connection; the `Indexer` and the service share it.
+A call sets a deadline for its thread (`deadline`): every lock it waits for past it raises IndexBusy,
+and the call is answered from the files.
 """
 
 from __future__ import annotations
@@ -49,7 +51,10 @@ class IndexHandle:
     def __init__(self, path: Path, sessions_dir: str) -> None:
         self.path = path
         self.sessions_dir = sessions_dir
+        # Guards the handle and its connection. It is held for a statement or a commit, never while
+        # a file is read or parsed (indexer.refresh), so a call waits at most for one commit.
         self.lock = threading.RLock()
+        self._calls = threading.local()  # per thread: the deadline of the call it is answering
         self._index: Index | None = None
         self._reason = "not opened yet"
         self._faults = FaultLog()
@@ -97,7 +102,7 @@ class IndexHandle:
     @contextlib.contextmanager
     def connection(self) -> Iterator[sqlite3.Connection]:
         """The open connection, under the lock; its sqlite3 errors come out as IndexFailure types."""
-        with self.lock:
+        with self.held():
             if self._index is None:
                 raise IndexUnavailable(f"the index is not open ({self._reason})")
             try:
@@ -106,14 +111,28 @@ class IndexHandle:
                 raise translate(exc) from exc
 
     @contextlib.contextmanager
-    def locked(self, timeout: float) -> Iterator[None]:
-        """The lock, or IndexBusy after `timeout` seconds (another call or a build holds it)."""
-        if not self.lock.acquire(timeout=timeout):
-            raise IndexBusy("another call or the initial indexing has held the index for too long")
+    def held(self, lock: threading.Lock | threading.RLock | None = None) -> Iterator[None]:
+        """`lock` (by default the handle's), waited for until this thread's deadline (`deadline`):
+        IndexBusy after it. Without a deadline, waited for as long as it takes."""
+        lock = self.lock if lock is None else lock
+        deadline: float | None = getattr(self._calls, "deadline", None)
+        if deadline is None:
+            lock.acquire()
+        elif not lock.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
+            raise IndexBusy("another call or the indexing has held the index for too long")
         try:
             yield
         finally:
-            self.lock.release()
+            lock.release()
+
+    @contextlib.contextmanager
+    def deadline(self, seconds: float) -> Iterator[None]:
+        """Within this block, this thread waits for locks (`held`, `connection`) `seconds` in all."""
+        self._calls.deadline = time.monotonic() + seconds
+        try:
+            yield
+        finally:
+            self._calls.deadline = None
 
     # --- opening, replacing -----------------------------------------------------------------------
 

@@ -4,8 +4,17 @@ Parsing is the bulk of a cold build and holds the GIL, so a large batch is parse
 processes while the parent writes what comes back to SQLite. The workers are plain subprocesses
 (`python -m ccweb_index.indexer.load`) speaking pickle over their stdin and stdout: unlike multiprocessing's
 spawn they never re-import the caller's main module, and unlike fork they are safe next to the
-watcher's and the MCP server's threads. At most _CHUNKS_IN_FLIGHT chunks per worker are in flight, so
-memory is bounded by the files being parsed, not by the size of the directory.
+watcher's and the MCP server's threads. There is at most one worker per core.
+
+Memory is bounded by the bytes in flight, not by the size of the directory or of a file: chunks go
+to the workers while the bytes of the files sent and not yet answered stay within
+`PARSE_BYTES_IN_FLIGHT` (a chunk is always sent when nothing else is in flight, so a file larger
+than the budget is still read), and a file larger than a chunk is parsed alone, one at a time.
+
+A file parsed before keeps a checkpoint in the index (`sessionfile.Checkpoint`); when it has only
+grown, it is resumed from there in this process (cheap: the read and the checksum run without the
+GIL). A file to be parsed whole that is large enough to hold the GIL for long goes to a worker even
+alone, so a big conversation's re-index never stalls the calls this process is answering.
 """
 
 from __future__ import annotations
@@ -34,13 +43,24 @@ from ccweb_index.indexer.files import (
     read_session_file,
 )
 from ccweb_index.indexer.row import SessionRow
-from ccweb_index.indexer.sessionfile import Unreadable, parse_session
+from ccweb_index.indexer.sessionfile import Checkpoint, Unreadable, parse_session, resume_session
 from ccweb_index.indexer.stored import stored_head
 
 log = logging.getLogger("ccweb_index")
 
 # Below this much to read, worker processes cost more to start than they save.
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024
+# A file this large, parsed whole, would hold the GIL for a good part of a second: a worker parses it.
+ALONE_MIN_BYTES = 16 * 1024 * 1024
+# The default cap on the bytes of the files handed to workers and not yet answered.
+PARSE_BYTES_IN_FLIGHT = 256 * 1024 * 1024
+# Files this large get a checkpoint, so that their next version can be resumed; smaller ones parse
+# whole in a few milliseconds.
+CHECKPOINT_MIN_BYTES = 1024 * 1024
+# A file that could not be resumed and changed since it was read is read again, up to this many
+# times this far apart, before it is parsed whole: a rewrite of a big file takes a while.
+_SETTLE_ATTEMPTS = 10
+_SETTLE_SECONDS = 0.02
 _CHUNK_BYTES = 8 * 1024 * 1024
 _CHUNK_FILES = 64
 _CHUNKS_IN_FLIGHT = 2  # per worker: one parsed while the other's answer is read
@@ -62,6 +82,19 @@ class Loaded:
     # The file could not be read now (files.is_transient): `error` says why, `sig` means nothing,
     # and nothing of it may be recorded. It stays due.
     transient: bool = False
+    checkpoint: Checkpoint | None = None
+    # Resumed from this checkpoint of the indexed version: `inputs` are only those from seq
+    # `base.inputs` on, and the index's rows before them stay.
+    base: Checkpoint | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """A file to load: its size when looked at, and the checkpoint of its indexed version, if any."""
+
+    session_id: str
+    size: int
+    resume_from: Checkpoint | None = None
 
 
 # A session that keeps changing while unreadable (growing past the size limit, rewritten in a loop)
@@ -119,41 +152,81 @@ class UnreadableLog:
                 entry.state = None
 
 
-def load_session(sessions_dir: str, session_id: str, max_bytes: int) -> Loaded | None:
-    """Read and parse one session file; None if it is not (or no longer) a session."""
+@dataclass(frozen=True, slots=True)
+class NotResumed:
+    """The file cannot be resumed from its checkpoint; it must be parsed whole. `size`: as read
+    (the size seen when it was chosen may be that of a moment in the middle of a rewrite)."""
+
+    size: int
+
+
+def load_session(
+    sessions_dir: str, session_id: str, max_bytes: int, resume_from: Checkpoint | None = None
+) -> Loaded | None:
+    """Read and parse one session file; None if it is not (or no longer) a session.
+    `resume_from`: the checkpoint of the indexed version, tried first."""
+    loaded = _load(sessions_dir, session_id, max_bytes, resume_from, whole=True)
+    assert not isinstance(loaded, NotResumed)  # parsed whole when it could not be resumed
+    return loaded
+
+
+def _load(
+    sessions_dir: str, session_id: str, max_bytes: int, resume_from: Checkpoint | None, *, whole: bool
+) -> Loaded | None | NotResumed:
+    """`load_session`; with whole=False, NOT_RESUMED instead of parsing a file that cannot be resumed."""
     path = os.path.join(sessions_dir, session_id + ".json")
-    try:
-        data, sig, looked_at = read_session_file(path, max_bytes)
-    except NotASession:
-        return None
-    except (TooLarge, OSError, MemoryError) as exc:
-        if is_transient(exc):
-            return _not_now(session_id, exc)
-        st = lstat_session(sessions_dir, session_id)
-        if st is None:
+    for attempt in range(_SETTLE_ATTEMPTS):
+        try:
+            data, sig, looked_at = read_session_file(path, max_bytes)
+        except NotASession:
             return None
-        sig = Signature.of(st)
-        reason = f"cannot read: {exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
-        return Loaded(session_id, sig, racy_mark(sig, time.time_ns()), reason, 0)
+        except (TooLarge, OSError, MemoryError) as exc:
+            return _not_read(sessions_dir, session_id, exc)
+        try:
+            parsed = None if resume_from is None else resume_session(data, resume_from)
+        except MemoryError as exc:
+            return _not_now(session_id, exc)
+        if parsed is not None or resume_from is None or attempt == _SETTLE_ATTEMPTS - 1:
+            break
+        time.sleep(_SETTLE_SECONDS)
+        if not _moved_on(sessions_dir, session_id, sig):
+            break
     racy = racy_mark(sig, looked_at)
-    try:
-        parsed = parse_session(data)
-    except Unreadable as exc:
-        return Loaded(session_id, sig, racy, exc.reason, len(data))
-    except MemoryError as exc:
-        return _not_now(session_id, exc)
+    base = resume_from if parsed is not None else None
+    if parsed is None:
+        if not whole:
+            return NotResumed(len(data))
+        try:
+            parsed = parse_session(data, checkpoint_from=CHECKPOINT_MIN_BYTES)
+        except Unreadable as exc:
+            return Loaded(session_id, sig, racy, exc.reason, len(data))
+        except MemoryError as exc:
+            return _not_now(session_id, exc)
     updated = parsed.updated_at_ms if parsed.updated_at_ms is not None else sig.mtime_ns // 1_000_000
+    first = parsed.inputs_before
     row = SessionRow(
         session_id, parsed.title, parsed.agent, None if parsed.agent is None else parsed.agent.lower(),
         parsed.status, parsed.created_at_ms, updated, parsed.created_from_kind, parsed.created_from_source,
-        len(parsed.user_inputs),
+        first + len(parsed.user_inputs),
     )  # fmt: skip
-    # Cut here, in the worker: only what the index keeps crosses the pipe (indexer.stored).
+    # Cut here, in the worker: only what the index keeps crosses the pipe (indexer.stored). A resumed
+    # parse holds only the inputs after the checkpoint's, numbered on from there.
     inputs = [
         (seq, i.message_id, i.created_at_ms, stored_head(i.content), len(i.content))
-        for seq, i in enumerate(parsed.user_inputs)
+        for seq, i in enumerate(parsed.user_inputs, first)
     ]
-    return Loaded(session_id, sig, racy, None, len(data), row, inputs)
+    return Loaded(session_id, sig, racy, None, len(data), row, inputs, checkpoint=parsed.checkpoint, base=base)
+
+
+def _not_read(sessions_dir: str, session_id: str, exc: TooLarge | OSError | MemoryError) -> Loaded | None:
+    if is_transient(exc):
+        return _not_now(session_id, exc)
+    st = lstat_session(sessions_dir, session_id)
+    if st is None:
+        return None
+    sig = Signature.of(st)
+    reason = f"cannot read: {exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+    return Loaded(session_id, sig, racy_mark(sig, time.time_ns()), reason, 0)
 
 
 def _not_now(session_id: str, exc: BaseException) -> Loaded:
@@ -161,8 +234,16 @@ def _not_now(session_id: str, exc: BaseException) -> Loaded:
     return Loaded(session_id, Signature(0, 0, 0, 0), 0, f"cannot read it now: {reason}", 0, transient=True)
 
 
-def _load_chunk(sessions_dir: str, session_ids: list[str], max_bytes: int) -> list[Loaded | None]:
-    return [load_session(sessions_dir, session_id, max_bytes) for session_id in session_ids]
+def _moved_on(sessions_dir: str, session_id: str, read: Signature) -> bool:
+    """Whether a file that could not be resumed has changed since it was read (cc-web is still
+    writing it): then it is read again, rather than parsed whole in a state already gone. A write
+    sets the times when it starts, and only the size moves while it copies: hence the wait before."""
+    st = lstat_session(sessions_dir, session_id)
+    return st is not None and Signature.of(st) != read
+
+
+def _load_chunk(sessions_dir: str, chunk: list[Wanted], max_bytes: int) -> list[Loaded | None]:
+    return [load_session(sessions_dir, w.session_id, max_bytes, w.resume_from) for w in chunk]
 
 
 # Across the pipe, a Loaded travels as plain tuples: unpickling a dataclass (or a NamedTuple, whose
@@ -172,45 +253,70 @@ def _flatten(item: Loaded | None) -> tuple[object, ...] | None:
         return None
     sig = (item.sig.ino, item.sig.size, item.sig.mtime_ns, item.sig.ctime_ns)
     row = None if item.row is None else tuple(item.row)
-    return (item.session_id, sig, item.racy, item.error, item.size, row, item.inputs, item.transient)
+    checkpoint, base = _flat_checkpoint(item.checkpoint), _flat_checkpoint(item.base)
+    return (item.session_id, sig, item.racy, item.error, item.size, row, item.inputs, item.transient, checkpoint, base)
 
 
 def _unflatten(flat: tuple[Any, ...] | None) -> Loaded | None:
     if flat is None:
         return None
-    session_id, sig, racy, error, size, row, inputs, transient = flat
-    row = None if row is None else SessionRow._make(row)
-    return Loaded(session_id, Signature(*sig), racy, error, size, row, inputs, transient)
+    session_id, sig, racy, error, size, row, inputs, transient, checkpoint, base = flat
+    return Loaded(
+        session_id, Signature(*sig), racy, error, size, None if row is None else SessionRow._make(row), inputs,
+        transient, None if checkpoint is None else Checkpoint(*checkpoint), None if base is None else Checkpoint(*base),
+    )  # fmt: skip
+
+
+def _flat_checkpoint(cp: Checkpoint | None) -> tuple[object, ...] | None:
+    return None if cp is None else (cp.cut, cp.crc, cp.messages, cp.inputs, cp.first_time, cp.newest_time, cp.times_known)
 
 
 def load_many(
-    sessions_dir: str, wanted: list[tuple[str, int]], max_bytes: int
+    sessions_dir: str, wanted: list[Wanted], max_bytes: int, budget: int = PARSE_BYTES_IN_FLIGHT
 ) -> Iterator[tuple[str, Loaded | None]]:
-    """Load (session_id, expected size) pairs, in parallel when there is enough to read."""
-    total = sum(size for _, size in wanted)
-    workers = min(os.cpu_count() or 1, 8)
-    if total < PARALLEL_MIN_BYTES or workers < 2 or len(wanted) < 2:
-        for session_id, _ in wanted:
-            yield session_id, load_session(sessions_dir, session_id, max_bytes)
+    """Load files, in parallel when there is enough to read, with at most `budget` bytes in flight
+    in the workers (at most one per core)."""
+    # Resumable files first, here (cheap). Those that cannot be resumed now are loaded again below,
+    # still with their checkpoint (a rewrite caught half-way may be complete by then), sized by the
+    # largest of what was seen: a stat or read in the middle of a rewrite sees a small file.
+    whole: list[Wanted] = []
+    for w in wanted:
+        if w.resume_from is None:
+            whole.append(w)
+            continue
+        loaded = _load(sessions_dir, w.session_id, max_bytes, w.resume_from, whole=False)
+        if isinstance(loaded, NotResumed):
+            whole.append(Wanted(w.session_id, max(w.size, loaded.size, w.resume_from.cut), w.resume_from))
+        else:
+            yield w.session_id, loaded
+    workers = os.cpu_count() or 1
+    total = sum(w.size for w in whole)
+    if not any(w.size >= ALONE_MIN_BYTES for w in whole) and (total < PARALLEL_MIN_BYTES or workers < 2 or len(whole) < 2):
+        for w in whole:
+            yield w.session_id, load_session(sessions_dir, w.session_id, max_bytes, w.resume_from)
         return
-    yield from _load_in_workers(sessions_dir, list(_chunks(wanted)), max_bytes, workers)
+    whole.sort(key=lambda w: w.session_id)
+    yield from _load_in_workers(sessions_dir, list(_chunks(whole)), max_bytes, workers, budget)
 
 
 def _load_in_workers(
-    sessions_dir: str, chunks: list[list[str]], max_bytes: int, workers: int
+    sessions_dir: str, chunks: list[list[Wanted]], max_bytes: int, workers: int, budget: int
 ) -> Iterator[tuple[str, Loaded | None]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     procs = [
         subprocess.Popen(WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0)
         for _ in range(min(workers, len(chunks)))
     ]
-    queues = {_stdout(proc): (proc, deque[list[str]]()) for proc in procs}
+    queues = {_stdout(proc): (proc, deque[list[Wanted]]()) for proc in procs}
     todo = deque(chunks)
+    flight = _Flight(budget)
 
     def retire(fd: int) -> None:
         # A worker died (out of memory, killed): the chunks it held go back to the queue.
         proc, queue = queues.pop(fd)
         proc.kill()
+        for chunk in queue:
+            flight.landed(chunk)
         todo.extendleft(reversed(queue))
 
     try:
@@ -221,10 +327,11 @@ def _load_in_workers(
                 retire(fd)
         while queues and (todo or any(queue for _, queue in queues.values())):
             for fd, (proc, queue) in list(queues.items()):
-                while todo and len(queue) < _CHUNKS_IN_FLIGHT:
+                while todo and len(queue) < _CHUNKS_IN_FLIGHT and flight.admits(todo[0]):
                     queue.append(todo.popleft())
+                    flight.sent(queue[-1])
                     try:
-                        _send(proc, queue[-1])
+                        _send(proc, [(w.session_id, _flat_checkpoint(w.resume_from)) for w in queue[-1]])
                     except OSError:
                         retire(fd)
                         break
@@ -237,10 +344,12 @@ def _load_in_workers(
                 except Exception:  # a worker that died or garbled its answer is replaced by this process
                     retire(fd)
                     continue
-                yield from zip(queue.popleft(), map(_unflatten, results))
+                chunk = queue.popleft()
+                flight.landed(chunk)
+                yield from zip((w.session_id for w in chunk), map(_unflatten, results))
         while todo:  # no worker left
             chunk = todo.popleft()
-            yield from zip(chunk, _load_chunk(sessions_dir, chunk, max_bytes))
+            yield from zip((w.session_id for w in chunk), _load_chunk(sessions_dir, chunk, max_bytes))
     finally:
         for proc in procs:
             with contextlib.suppress(OSError):
@@ -251,6 +360,39 @@ def _load_in_workers(
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+class _Flight:
+    """The bytes handed to workers and not answered yet, kept within a budget, with files larger
+    than a chunk one at a time. Whatever the budget, a chunk goes out when nothing else is in flight."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.bytes = 0
+        self.chunks = 0
+        self.big = 0
+
+    def admits(self, chunk: list[Wanted]) -> bool:
+        size = _size(chunk)
+        if self.chunks == 0:
+            return True
+        return self.bytes + size <= self.budget and not (self.big and size > _CHUNK_BYTES)
+
+    def sent(self, chunk: list[Wanted]) -> None:
+        self._count(chunk, 1)
+
+    def landed(self, chunk: list[Wanted]) -> None:
+        self._count(chunk, -1)
+
+    def _count(self, chunk: list[Wanted], sign: int) -> None:
+        size = _size(chunk)
+        self.bytes += sign * size
+        self.chunks += sign
+        self.big += sign * (size > _CHUNK_BYTES)
+
+
+def _size(chunk: list[Wanted]) -> int:
+    return sum(w.size for w in chunk)
 
 
 # Messages are length-prefixed pickles on unbuffered pipes: `select` on the pipe is then exact (no
@@ -301,15 +443,20 @@ def _worker() -> None:
             chunk = _receive(stdin)
         except EOFError:
             return
-        _write_frame(stdout, [_flatten(item) for item in _load_chunk(sessions_dir, chunk, max_bytes)])
+        wanted = [Wanted(session_id, 0, None if cp is None else Checkpoint(*cp)) for session_id, cp in chunk]
+        _write_frame(stdout, [_flatten(item) for item in _load_chunk(sessions_dir, wanted, max_bytes)])
 
 
-def _chunks(wanted: list[tuple[str, int]]) -> Iterator[list[str]]:
-    chunk: list[str] = []
+def _chunks(wanted: list[Wanted]) -> Iterator[list[Wanted]]:
+    """Files in order, cut into chunks of about _CHUNK_BYTES; a file larger than that is a chunk alone."""
+    chunk: list[Wanted] = []
     chunk_bytes = 0
-    for session_id, size in wanted:
-        chunk.append(session_id)
-        chunk_bytes += size
+    for w in wanted:
+        if w.size > _CHUNK_BYTES and chunk:
+            yield chunk
+            chunk, chunk_bytes = [], 0
+        chunk.append(w)
+        chunk_bytes += w.size
         if chunk_bytes >= _CHUNK_BYTES or len(chunk) >= _CHUNK_FILES:
             yield chunk
             chunk, chunk_bytes = [], 0

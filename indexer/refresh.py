@@ -12,7 +12,8 @@ from ccweb_index.indexer.db import get_meta, set_meta, write_transaction
 from ccweb_index.indexer.faultlog import FaultLog
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, Signature, lstat_session, sweep_sessions
 from ccweb_index.indexer.handle import IndexHandle
-from ccweb_index.indexer.load import Loaded, UnreadableLog, load_many
+from ccweb_index.indexer.load import PARSE_BYTES_IN_FLIGHT, Loaded, UnreadableLog, Wanted, load_many
+from ccweb_index.indexer.sessionfile import Checkpoint
 from ccweb_index.indexer.torn import TornWrites
 
 # Bounds one write transaction, so readers in other processes never wait long.
@@ -20,6 +21,9 @@ _BATCH_FILES = 1000
 _BATCH_BYTES = 64 * 1024 * 1024
 # `status` shows the last reconcile to the minute; refreshing the stamp more often would be a write per call.
 _RECONCILE_STAMP_NS = 30 * 1_000_000_000
+# A resumed read whose base version was replaced meanwhile is redone from the new one this many
+# times (another thread re-indexing the same growing file), then the file is parsed whole.
+_RESUME_ATTEMPTS = 3
 
 
 @dataclass
@@ -35,7 +39,8 @@ class RefreshStats:
 
 
 class Indexer:
-    """Reads session files and writes the index. Thread-safe: the handle's lock guards the connection.
+    """Reads session files and writes the index. Thread-safe: the handle's lock guards the connection,
+    and is held only to read the index and to commit; files are read and parsed without it.
 
     Its sqlite3 errors come out as the types of indexer.errors (through `IndexHandle.connection`);
     an OSError is the sessions directory's own (a file's failure is noted per file instead).
@@ -47,11 +52,13 @@ class Indexer:
         *,
         max_session_bytes: int = DEFAULT_MAX_SESSION_BYTES,
         unreadable: UnreadableLog | None = None,
+        parse_bytes_in_flight: int = PARSE_BYTES_IN_FLIGHT,
     ) -> None:
         self.handle = handle
         self.sessions_dir = handle.sessions_dir
         self.lock = handle.lock
         self.max_session_bytes = max_session_bytes
+        self.parse_bytes_in_flight = parse_bytes_in_flight
         self.unreadable = unreadable or UnreadableLog()
         self._shortage = FaultLog()  # reads failing for the environment's reasons, logged once
 
@@ -59,8 +66,9 @@ class Indexer:
 
     def ready(self) -> None:
         """Make sure the index in use is the one at the path (`IndexHandle.ready`) and, after it was
-        replaced or re-opened, in line with the files. Raises IndexUnavailable when there is none."""
-        with self.lock:
+        replaced or re-opened, in line with the files. Raises IndexUnavailable when there is none.
+        (That reconcile runs under the lock throughout: until it is done the index answers nothing.)"""
+        with self.handle.held():
             self.handle.ready()
             if self.handle.needs_reconcile:
                 self.reconcile()
@@ -71,19 +79,23 @@ class Indexer:
         Also the check of a call without a caught-up watcher, so the comparison is one readdir, one
         lstat per file and plain tuples; rows are fetched whole only for the files that are due.
         """
+        # The sweep (a stat per file) runs outside the lock: a row committed after it either holds
+        # the state the sweep saw (nothing to do) or differs from it (the file is due).
+        looked_at = time.time_ns()
+        try:
+            swept = sweep_sessions(self.sessions_dir)
+        except FileNotFoundError:
+            swept = {}  # the directory is gone: it holds no sessions until it is back
         with self.handle.connection() as conn:
-            looked_at = time.time_ns()
-            try:
-                swept = sweep_sessions(self.sessions_dir)
-            except FileNotFoundError:
-                swept = {}  # the directory is gone: it holds no sessions until it is back
             settled, known = store.settled_signatures(conn)
             due = {i for i, sig in swept.items() if settled.get(i) != sig} | {i for i in known if i not in swept}
             stored = store.stored_signatures(conn, sorted(due))
-            stats = self._bring_in_line(conn, due, stored, progress=progress)
-            self._stamp_reconcile(conn, looked_at)
-            self.handle.reconciled()
-            return stats
+        stats = self._bring_in_line(due, stored, progress=progress)
+        with self.handle.connection() as now:
+            self._stamp_reconcile(now, looked_at)
+            if now is conn:  # the index was not replaced meanwhile (a new one needs its own reconcile)
+                self.handle.reconciled()
+        return stats
 
     def refresh(self, session_ids: Iterable[str]) -> RefreshStats:
         """Bring these sessions in line: stat each, and read those whose signature moved or is racy."""
@@ -92,7 +104,7 @@ class Indexer:
             return RefreshStats()
         with self.handle.connection() as conn:
             stored = store.stored_signatures(conn, ids)
-            return self._bring_in_line(conn, ids, stored)
+        return self._bring_in_line(ids, stored)
 
     # --- the work ---------------------------------------------------------------------------
 
@@ -106,17 +118,44 @@ class Indexer:
 
     def _bring_in_line(
         self,
-        conn: sqlite3.Connection,
         ids: Iterable[str],
         stored: dict[str, store.Stored],
         *,
         progress: Callable[[int, int], None] | None = None,
     ) -> RefreshStats:
+        """Stat `ids`, read (outside the lock) those that moved, and commit them in short batches.
+
+        A file resumed from a checkpoint is committed only if the index still holds the version the
+        checkpoint describes; if another thread or process committed another version meanwhile, the
+        file is looked at again (and, after _RESUME_ATTEMPTS, parsed whole)."""
         stats = RefreshStats()
+        ids = list(ids)
+        stats.examined = len(ids)
+        looked = False
+        for attempt in range(_RESUME_ATTEMPTS + 1):
+            gone, wanted = self._examine(ids, stored)
+            looked = looked or bool(wanted)
+            resume = attempt < _RESUME_ATTEMPTS
+            ids = self._load_and_write(wanted, gone, stored, stats, progress, resume=resume)
+            if not ids:
+                break
+            with self.handle.connection() as conn:
+                stored = store.stored_signatures(conn, ids)
+        if stats.deferred:
+            reason = next(iter(stats.deferred.values()))
+            self._shortage.begin(
+                f"session files cannot be read now ({reason}); their last good versions answer meanwhile, "
+                "and they are read again at the next look"
+            )
+        elif looked:
+            self._shortage.end("session files can be read again")
+        return stats
+
+    def _examine(self, ids: Iterable[str], stored: dict[str, store.Stored]) -> tuple[list[str], list[tuple[str, int]]]:
+        """(ids whose file is gone, (id, size) of those to read): one lstat each, no lock."""
         gone: list[str] = []
         wanted: list[tuple[str, int]] = []
         for session_id in ids:
-            stats.examined += 1
             st = lstat_session(self.sessions_dir, session_id)
             known = stored.get(session_id)
             if st is None:
@@ -126,14 +165,33 @@ class Indexer:
                 wanted.append((session_id, st.st_size))
         # In key order, a build appends to the tables' B-trees instead of rewriting pages all over them.
         wanted.sort()
+        return gone, wanted
+
+    def _load_and_write(
+        self,
+        wanted: list[tuple[str, int]],
+        gone: list[str],
+        stored: dict[str, store.Stored],
+        stats: RefreshStats,
+        progress: Callable[[int, int], None] | None,
+        *,
+        resume: bool,
+    ) -> list[str]:
+        """Load `wanted` and commit batches of it; the ids to look at again (their base moved)."""
+        checkpoints: dict[str, Checkpoint] = {}
+        if resume and wanted:
+            with self.handle.connection() as conn:
+                checkpoints = store.stored_checkpoints(conn, [session_id for session_id, _ in wanted])
+        plan = [Wanted(session_id, size, checkpoints.get(session_id)) for session_id, size in wanted]
+        again: list[str] = []
         pending: list[Loaded] = []
         pending_bytes = 0
-        loads = load_many(self.sessions_dir, wanted, self.max_session_bytes)
+        loads = load_many(self.sessions_dir, plan, self.max_session_bytes, self.parse_bytes_in_flight)
         torn = TornWrites(self.sessions_dir, self.max_session_bytes)
         for done, (session_id, loaded) in enumerate(loads, 1):
             known = stored.get(session_id)
             if loaded is not None and torn.worth_waiting_for(loaded, known is not None and known.good):
-                loaded = torn.settle(loaded)
+                loaded = torn.settle(loaded, checkpoints.get(session_id))
             if loaded is None:
                 if session_id in stored:
                     gone.append(session_id)
@@ -143,32 +201,20 @@ class Indexer:
                 pending.append(loaded)
                 pending_bytes += loaded.size
             if len(pending) >= _BATCH_FILES or pending_bytes >= _BATCH_BYTES:
-                self._write(conn, pending, [], stored, stats)
+                again += self._write(pending, [], stored, stats)
                 pending, pending_bytes = [], 0
             if progress is not None:
                 progress(done, len(wanted))
-        self._write(conn, pending, gone, stored, stats)
-        if stats.deferred:
-            reason = next(iter(stats.deferred.values()))
-            self._shortage.begin(
-                f"session files cannot be read now ({reason}); their last good versions answer meanwhile, "
-                "and they are read again at the next look"
-            )
-        elif wanted:
-            self._shortage.end("session files can be read again")
-        return stats
+        again += self._write(pending, gone, stored, stats)
+        return again
 
     def _write(
-        self,
-        conn: sqlite3.Connection,
-        loaded: list[Loaded],
-        gone: list[str],
-        stored: dict[str, store.Stored],
-        stats: RefreshStats,
-    ) -> None:
+        self, loaded: list[Loaded], gone: list[str], stored: dict[str, store.Stored], stats: RefreshStats
+    ) -> list[str]:
+        """Commit a batch (one short write transaction); the ids whose resumed read no longer applies."""
         if not loaded and not gone:
-            return
-        with write_transaction(conn):
+            return []
+        with self.handle.connection() as conn, write_transaction(conn):
             # Other processes write this index too, and one may have committed since `stored` was
             # read. Under the write lock: a read replaces a row only if it saw the file in the same
             # or a later state (ctime orders a file's states; userspace cannot set it back), so a
@@ -176,9 +222,18 @@ class Indexer:
             # forgotten only if its row is still the one that was seen.
             now = store.stored_signatures(conn, [item.session_id for item in loaded] + gone)
             loaded = [item for item in loaded if self._newer_than_row(item, now.get(item.session_id))]
+            # A resumed read adds to the version its checkpoint describes: it must still be the one here.
+            resumed = [item.session_id for item in loaded if item.base is not None]
+            held = store.stored_checkpoints(conn, resumed) if resumed else {}
+            stale = {item.session_id for item in loaded if item.base is not None and held.get(item.session_id) != item.base}
+            loaded = [item for item in loaded if item.session_id not in stale]
             gone = [i for i in gone if i in now and i in stored and now[i].sig == stored[i].sig]
             store.record_loaded(conn, loaded)
             store.forget(conn, gone)
+        self._count(loaded, gone, stored, stats)
+        return sorted(stale)
+
+    def _count(self, loaded: list[Loaded], gone: list[str], stored: dict[str, store.Stored], stats: RefreshStats) -> None:
         for item in loaded:
             stats.read += 1
             stats.changed.add(item.session_id)

@@ -7,11 +7,14 @@ format moves, this is the place to change. Everything here is a pure function of
 
 from __future__ import annotations
 
+import codecs
 import datetime as _dt
 import functools
 import json
 import math
 import re
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -48,6 +51,29 @@ class UserInput:
     content: str
 
 
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Where a session file's messages array can be resumed from, and what came before that point.
+
+    The prefix is the array's bytes from its "[" up to the start of its last element: the last
+    element is always read again, as cc-web may still be filling it in. `crc` proves the prefix
+    unchanged (zlib.crc32: it runs without the GIL, at memory speed). The times are the prefix's
+    first and newest message times, valid only where `times_known` says they were computed (a full
+    parse computes them only when the header lacks createdAt / updatedAt).
+    """
+
+    cut: int
+    crc: int
+    messages: int
+    inputs: int
+    first_time: int | None
+    newest_time: int | None
+    times_known: int  # FIRST_KNOWN | NEWEST_KNOWN
+
+
+FIRST_KNOWN, NEWEST_KNOWN = 1, 2
+
+
 @dataclass(slots=True)
 class ParsedSession:
     title: str | None = None
@@ -59,6 +85,9 @@ class ParsedSession:
     created_from_kind: str | None = None
     created_from_source: str | None = None
     user_inputs: list[UserInput] = field(default_factory=list)
+    # Resumed from a checkpoint: this many user inputs come before `user_inputs` (the index has them).
+    inputs_before: int = 0
+    checkpoint: Checkpoint | None = None
 
 
 # Message bodies are kept raw (undecoded) so that only user messages pay for building strings.
@@ -95,22 +124,83 @@ _any = msgspec.json.Decoder()
 _string = msgspec.json.Decoder(str)
 
 
-def parse_session(data: bytes) -> ParsedSession:
-    """Parse one session file's bytes. Raises Unreadable with a short reason."""
-    if not data or data.isspace():
-        raise Unreadable("empty file")
-    if data.startswith(b"\xef\xbb\xbf"):
-        raise Unreadable("starts with a UTF-8 byte-order mark")
-    try:
-        # msgspec does not check UTF-8 inside values it skips, so the whole file is checked here.
-        data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise Unreadable(f"invalid UTF-8 at byte {exc.start}") from None
+def parse_session(data: bytes, *, checkpoint_from: int | None = None) -> ParsedSession:
+    """Parse one session file's bytes. Raises Unreadable with a short reason.
+
+    `checkpoint_from`: a file of at least this many bytes gets a `checkpoint`, from which its next
+    version can be resumed (`resume_session`) if it only grew. None: never.
+    """
+    _check_text(data)
     try:
         doc = _decode_document(data)
     except RecursionError:
         raise Unreadable("invalid JSON: nested too deeply") from None
-    return _from_document(doc)
+    parsed, walk = _from_document(doc, _Walk.fresh(doc))
+    if checkpoint_from is not None and len(data) >= checkpoint_from and walk is not None:
+        parsed.checkpoint = _checkpoint(data, doc.messages, walk)
+    return parsed
+
+
+def resume_session(data: bytes, checkpoint: Checkpoint) -> ParsedSession | None:
+    """Parse a new version of a file from its old version's checkpoint, reading only what follows it.
+
+    None when that is not sound: the prefix moved or changed, the document no longer has exactly one
+    top-level messages array, the times the header lacks were not computed for the prefix, or
+    anything else is odd (then a full parse gives the answer, or the reason it is unreadable). The
+    result is what `parse_session` gives, except that `user_inputs` holds only the inputs after the
+    first `inputs_before` (which the index keeps from the checkpoint's version).
+    """
+    start = _messages_offset(data)
+    cut = checkpoint.cut
+    if start is None or start + cut >= len(data) or data[start + cut] in b"]":
+        return None
+    view = memoryview(data)
+    if zlib.crc32(view[start : start + cut]) != checkpoint.crc:
+        return None
+    # The array without its prefix: "[" followed by the element the checkpoint stopped at.
+    spliced = data[: start + 1] + data[start + cut :]
+    try:
+        _check_text(spliced)
+        doc = _document.decode(spliced)
+        if _head(doc.messages) != b"[" or not _only_messages_at(spliced, start, len(doc.messages)):
+            return None
+        walk = _Walk.resumed(doc, checkpoint)
+        if walk is None:
+            return None
+        parsed, last = _from_document(doc, walk)
+    except (Unreadable, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    if last is None or walk.messages == checkpoint.messages:
+        return None  # no element after the prefix: a full parse says whether the file is valid
+    parsed.inputs_before = checkpoint.inputs
+    tail = _checkpoint(spliced, doc.messages, last, at=start)
+    if tail is not None:
+        parsed.checkpoint = Checkpoint(
+            cut + tail.cut - 1,
+            zlib.crc32(view[start + cut : start + cut + tail.cut - 1], checkpoint.crc),
+            tail.messages, tail.inputs, tail.first_time, tail.newest_time, tail.times_known,
+        )  # fmt: skip
+    return parsed
+
+
+# Whole-file UTF-8 checks go a slice at a time: one str of the whole file would cost up to 4x its size.
+_UTF8_SLICE = 1 << 20
+
+
+def _check_text(data: bytes) -> None:
+    if not data or data.isspace():
+        raise Unreadable("empty file")
+    if data.startswith(b"\xef\xbb\xbf"):
+        raise Unreadable("starts with a UTF-8 byte-order mark")
+    # msgspec does not check UTF-8 inside values it skips, so the whole file is checked here.
+    view = memoryview(data)
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for start in range(0, len(view), _UTF8_SLICE):
+        pending = len(decoder.getstate()[0])
+        try:
+            decoder.decode(view[start : start + _UTF8_SLICE], final=start + _UTF8_SLICE >= len(view))
+        except UnicodeDecodeError as exc:
+            raise Unreadable(f"invalid UTF-8 at byte {start - pending + exc.start}") from None
 
 
 def _decode_document(data: bytes) -> _Document:
@@ -159,7 +249,40 @@ def _without_huge_numbers(data: bytes) -> bytes:
         raise Unreadable("invalid JSON: nested too deeply") from None
 
 
-def _from_document(doc: _Document) -> ParsedSession:
+@dataclass(slots=True)
+class _Walk:
+    """The running state of a walk over the messages: what the prefix walked so far amounts to."""
+
+    need_first: bool
+    need_newest: bool
+    messages: int = 0
+    inputs: int = 0
+    first_time: int | None = None
+    newest_time: int | None = None
+
+    @classmethod
+    def fresh(cls, doc: _Document) -> _Walk:
+        # Message times matter for user inputs, and for the session's own times only as fallbacks:
+        # most files carry both, so the other messages' times are left unparsed.
+        return cls(parse_time(doc.createdAt) is None, parse_time(doc.updatedAt) is None)
+
+    @classmethod
+    def resumed(cls, doc: _Document, cp: Checkpoint) -> _Walk | None:
+        first, newest = bool(cp.times_known & FIRST_KNOWN), bool(cp.times_known & NEWEST_KNOWN)
+        if (parse_time(doc.createdAt) is None and not first) or (parse_time(doc.updatedAt) is None and not newest):
+            return None  # the prefix's times were not computed, and this version needs them
+        return cls(first, newest, cp.messages, cp.inputs, cp.first_time, cp.newest_time)
+
+    @property
+    def times_known(self) -> int:
+        return (FIRST_KNOWN if self.need_first or self.need_newest else 0) | (NEWEST_KNOWN if self.need_newest else 0)
+
+    def snapshot(self) -> _Walk:
+        return _Walk(self.need_first, self.need_newest, self.messages, self.inputs, self.first_time, self.newest_time)
+
+
+def _from_document(doc: _Document, walk: _Walk) -> tuple[ParsedSession, _Walk | None]:
+    """The session, and the walk as it stood before the last message (None when there are none)."""
     parsed = ParsedSession()
     parsed.title = doc.title if isinstance(doc.title, str) else None
     parsed.agent = doc.agent if isinstance(doc.agent, str) else None
@@ -171,32 +294,150 @@ def _from_document(doc: _Document) -> ParsedSession:
         parsed.created_from_source = source if isinstance(source, str) else None
 
     messages = _decode_messages(doc.messages)
-    created = parse_time(doc.createdAt)
-    updated = parse_time(doc.updatedAt)
-    # Message times matter for user inputs, and for the session's own times only as fallbacks:
-    # most files carry both, so the other messages' times are left unparsed.
-    need_first, need_newest = created is None, updated is None
-    first_time: int | None = None
-    newest_time: int | None = None
-    for message in messages:
+    before_last: _Walk | None = None
+    for index, message in enumerate(messages):
+        if index == len(messages) - 1:
+            before_last = walk.snapshot()
+        walk.messages += 1
         if message is None:
             continue
         text = message_text(message.content) if message.role == "user" else ""
         is_input = bool(text) and not text.isspace()
-        if is_input or need_newest or (need_first and first_time is None):
+        if is_input or walk.need_newest or (walk.need_first and walk.first_time is None):
             when = parse_time(message.timestamp if message.createdAt is None else message.createdAt)
             if when is not None:
-                if first_time is None:
-                    first_time = when
-                if newest_time is None or when > newest_time:
-                    newest_time = when
+                if walk.first_time is None:
+                    walk.first_time = when
+                if walk.newest_time is None or when > walk.newest_time:
+                    walk.newest_time = when
             if is_input:
+                walk.inputs += 1
                 parsed.user_inputs.append(UserInput(message_id(message.id), when, text))
 
+    created = parse_time(doc.createdAt)
+    updated = parse_time(doc.updatedAt)
     parsed.status = _status(doc.status, messages[-1] if messages else None)
-    parsed.created_at_ms = created if created is not None else first_time
-    parsed.updated_at_ms = updated if updated is not None else newest_time
-    return parsed
+    parsed.created_at_ms = created if created is not None else walk.first_time
+    parsed.updated_at_ms = updated if updated is not None else walk.newest_time
+    return parsed, before_last
+
+
+def _checkpoint(data: bytes, raw: msgspec.Raw, before_last: _Walk, *, at: int | None = None) -> Checkpoint | None:
+    """The checkpoint at the start of the last element of `raw`, the messages array of `data`
+    (found at byte `at`, or by looking for it). None when it cannot be placed for certain."""
+    start = _messages_offset(data) if at is None else at
+    array = memoryview(raw)
+    if start is None or memoryview(data)[start : start + len(array)] != array:
+        return None  # not the array msgspec read (a duplicate "messages" key, or numbers re-encoded)
+    elements = _raw_list.decode(raw)
+    if not elements:
+        return None
+    end = len(array) - 1  # the closing "]"
+    while array[end - 1] in _WHITESPACE:
+        end -= 1
+    cut = end - len(memoryview(elements[-1]))
+    crc = zlib.crc32(array[:cut])
+    w = before_last
+    return Checkpoint(cut, crc, w.messages, w.inputs, w.first_time, w.newest_time, w.times_known)
+
+
+# --- where the messages array is, without decoding it ------------------------------------------
+
+_WHITESPACE = b" \t\r\n"
+_SPACE = re.compile(rb"[ \t\r\n]*")
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NESTING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+_SCALAR_END = re.compile(rb"[ \t\r\n,\]}]")
+_MESSAGES_KEY = "messages"
+
+
+class _NotFound(Exception):
+    pass
+
+
+def _messages_offset(data: bytes) -> int | None:
+    """Where the value of the first top-level "messages" key starts, or None. Only the keys before
+    it are scanned (values skipped by a tokenizer, not decoded); msgspec checks the rest."""
+    found: list[int] = []
+
+    def on_key(key: str, value_at: int) -> int | None:
+        if key == _MESSAGES_KEY:
+            found.append(value_at)
+            return None
+        return _skip_value(data, value_at)
+
+    return found[0] if _scan_keys(data, on_key) and found else None
+
+
+def _only_messages_at(data: bytes, start: int, length: int) -> bool:
+    """Whether the document's one top-level "messages" key has its value at `start` (`length` bytes)."""
+    seen: list[int] = []
+
+    def on_key(key: str, value_at: int) -> int | None:
+        if key != _MESSAGES_KEY:
+            return _skip_value(data, value_at)
+        seen.append(value_at)
+        return start + length if value_at == start else None
+
+    return _scan_keys(data, on_key) and seen == [start]
+
+
+def _scan_keys(data: bytes, on_key: Callable[[str, int], int | None]) -> bool:
+    """Walk the top-level object's keys: `on_key(key, where its value starts)` answers where the
+    value ends, or None to stop. False when the document is not an object this scan can follow."""
+    try:
+        pos = _space(data, 0)
+        if data[pos : pos + 1] != b"{":
+            return False
+        pos = _space(data, pos + 1)
+        while data[pos : pos + 1] != b"}":
+            key = _STRING.match(data, pos)
+            if key is None:
+                return False
+            pos = _space(data, key.end())
+            if data[pos : pos + 1] != b":":
+                return False
+            raw = key.group()
+            name = _string.decode(raw) if b"\\" in raw else raw[1:-1].decode("utf-8", "replace")
+            end = on_key(name, _space(data, pos + 1))
+            if end is None:
+                return True
+            pos = _space(data, end)
+            if data[pos : pos + 1] == b",":
+                pos = _space(data, pos + 1)
+            elif data[pos : pos + 1] != b"}":
+                return False
+        return True
+    except (_NotFound, msgspec.DecodeError):
+        return False
+
+
+def _space(data: bytes, pos: int) -> int:
+    return _SPACE.match(data, pos).end()  # type: ignore[union-attr]  # the pattern matches empty
+
+
+def _skip_value(data: bytes, pos: int) -> int:
+    """Where the JSON value starting at `pos` ends (not validated: msgspec does that)."""
+    head = data[pos : pos + 1]
+    if head == b'"':
+        match = _STRING.match(data, pos)
+        if match is None:
+            raise _NotFound
+        return match.end()
+    if head in (b"{", b"["):
+        depth = 0
+        for token in _NESTING.finditer(data, pos):
+            byte = data[token.start()]
+            if byte == 0x22:  # a string
+                continue
+            depth += 1 if byte in (0x5B, 0x7B) else -1
+            if depth == 0:
+                return token.end()
+        raise _NotFound
+    end = _SCALAR_END.search(data, pos)
+    if end is None or end.start() == pos:
+        raise _NotFound
+    return end.start()
 
 
 def _decode_messages(raw: msgspec.Raw) -> list[_Message | None]:

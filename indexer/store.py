@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 from ccweb_index.indexer.files import Signature
 from ccweb_index.indexer.load import Loaded
 from ccweb_index.indexer.row import COLUMNS, PLACEHOLDERS
+from ccweb_index.indexer.sessionfile import Checkpoint
 
 # `id IN (...)` lists are cut to this many: well below SQLite's limit on a statement's parameters.
 IDS_PER_STATEMENT = 500
@@ -44,8 +45,21 @@ def settled_signatures(conn: sqlite3.Connection) -> tuple[dict[str, tuple[int, i
     return {row[0]: row[1:5] for row in rows if not row[5]}, [row[0] for row in rows]
 
 
+def stored_checkpoints(conn: sqlite3.Connection, ids: list[str]) -> dict[str, Checkpoint]:
+    """The checkpoints of the indexed (last good) versions of these sessions, where there are any."""
+    sql = "SELECT session_id, cut, crc, messages, inputs, first_time, newest_time, times_known FROM checkpoints"
+    rows = []
+    for start in range(0, len(ids), IDS_PER_STATEMENT):
+        chunk = ids[start : start + IDS_PER_STATEMENT]
+        rows += conn.execute(f"{sql} WHERE session_id IN ({','.join('?' * len(chunk))})", chunk).fetchall()
+    return {row[0]: Checkpoint(*row[1:]) for row in rows}
+
+
 def record_loaded(conn: sqlite3.Connection, loaded: list[Loaded]) -> None:
-    """Write a batch of freshly read files: parsed ones replace their rows, unreadable ones are noted."""
+    """Write a batch of freshly read files: parsed ones replace their rows, unreadable ones are noted.
+
+    A file resumed from a checkpoint (`base`) keeps its inputs before `base.inputs`: the caller has
+    checked that the index still holds the version that checkpoint describes."""
     parsed = sorted((item for item in loaded if item.row is not None), key=lambda item: item.session_id)
     conn.executemany(
         _REPLACE_PARSED,
@@ -55,11 +69,19 @@ def record_loaded(conn: sqlite3.Connection, loaded: list[Loaded]) -> None:
             if item.row is not None
         ],
     )
-    conn.executemany("DELETE FROM user_inputs WHERE session_id = ?", [(item.session_id,) for item in parsed])
+    conn.executemany(
+        "DELETE FROM user_inputs WHERE session_id = ? AND seq >= ?",
+        [(item.session_id, 0 if item.base is None else item.base.inputs) for item in parsed],
+    )
     conn.executemany(
         "INSERT INTO user_inputs (session_id, seq, message_id, created_at_ms, content, original_chars) "
         "VALUES (?, ?, ?, ?, ?, ?)",
         [(item.session_id, *row) for item in parsed for row in item.inputs],
+    )
+    conn.executemany("DELETE FROM checkpoints WHERE session_id = ?", [(item.session_id,) for item in parsed])
+    conn.executemany(
+        "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [(item.session_id, *astuple(item.checkpoint)) for item in parsed if item.checkpoint is not None],
     )
     for item in loaded:
         if item.row is None:
@@ -82,3 +104,4 @@ def record_unreadable(conn: sqlite3.Connection, session_id: str, sig: Signature,
 def forget(conn: sqlite3.Connection, session_ids: list[str]) -> None:
     conn.executemany("DELETE FROM sessions WHERE id = ?", [(i,) for i in session_ids])
     conn.executemany("DELETE FROM user_inputs WHERE session_id = ?", [(i,) for i in session_ids])
+    conn.executemany("DELETE FROM checkpoints WHERE session_id = ?", [(i,) for i in session_ids])

@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 
 from ccweb_index.indexer.files import is_racy
-from ccweb_index.indexer.load import Loaded, load_session
+from ccweb_index.indexer.load import Loaded, Wanted, load_many
+from ccweb_index.indexer.sessionfile import Checkpoint
 
 # How long one pass waits in all for writes in flight to complete.
 TORN_WRITE_RETRY_SECONDS = 0.05
@@ -53,13 +54,16 @@ class TornWrites:
             and is_racy(loaded.sig, time.time_ns())
         )
 
-    def settle(self, loaded: Loaded) -> Loaded | None:
+    def settle(self, loaded: Loaded, resume_from: Checkpoint | None = None) -> Loaded | None:
         """Read the file again until it parses or the pass's budget is spent; the last read is
-        returned (None: the file is gone)."""
+        returned (None: the file is gone). `resume_from`: the indexed version's checkpoint, so that
+        a big file that only grew is resumed; one that must be parsed whole goes to a worker, as in
+        any load (indexer.load), never holding this process for long."""
         if self._deadline is None:
             self._deadline = self._clock() + TORN_WRITE_RETRY_SECONDS
+        again = Wanted(loaded.session_id, max(loaded.size, loaded.sig.size), resume_from)
         current: Loaded | None = loaded
         while current is not None and current.error is not None and not current.transient and self._clock() < self._deadline:
             self._sleep(min(TORN_WRITE_PAUSE_SECONDS, max(self._deadline - self._clock(), 0.0)))
-            current = load_session(self.sessions_dir, loaded.session_id, self.max_bytes)
+            [(_, current)] = load_many(self.sessions_dir, [again], self.max_bytes)
         return current

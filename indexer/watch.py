@@ -109,6 +109,7 @@ class _DirtySet:
         self._cond = threading.Condition()
         self._ids: set[str] = set()
         self._overflow = False
+        self.applying = threading.Lock()  # held by whoever is applying a batch (apply_dirty)
         # When the oldest change not yet applied was seen: the watcher's lag is the age of this.
         self.oldest_pending_at: float | None = None
 
@@ -225,9 +226,11 @@ def _longer(delay: float, bounds: tuple[float, float]) -> float:
 
 def apply_dirty(indexer: Indexer, dirty: _DirtySet) -> set[str]:
     """Re-index what is dirty; returns the files that could not be read now, which stay dirty."""
-    # Taken under the indexer lock, so whoever takes the lock next sees this batch committed. A
-    # batch that fails goes back, whole: the ids already applied are cheap to check again.
-    with indexer.lock:
+    # One apply at a time: a batch is taken under `dirty.applying`, so whoever takes it next (a call
+    # whose cookie came back) sees every batch taken before it committed. The index lock is not held
+    # meanwhile, only for each commit: a call about another conversation never waits for the parse.
+    # A batch that fails goes back, whole: the ids already applied are cheap to check again.
+    with indexer.handle.held(dirty.applying):
         ids, overflow, since = dirty.take()
         try:
             if overflow:

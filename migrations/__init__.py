@@ -89,3 +89,24 @@ def m004_input_heads(db: Database) -> None:
     db.execute("ALTER TABLE user_inputs ADD COLUMN original_chars INTEGER NOT NULL DEFAULT 0")
     db.execute("UPDATE user_inputs SET original_chars = ccweb_chars(content), content = ccweb_head(content)")
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (STORED_CHARS_KEY, STORED_INPUT_CHARS))
+
+
+@migrations()
+def m005_checkpoints(db: Database) -> None:
+    # Where a large session file's messages array can be resumed from (indexer.sessionfile.Checkpoint),
+    # describing the version whose user_inputs rows the index holds: written with them, in the same
+    # transaction, and left alone when a later version is unreadable (the last good one stays).
+    db.execute(
+        """
+        CREATE TABLE checkpoints (
+            session_id TEXT PRIMARY KEY,
+            cut INTEGER NOT NULL,
+            crc INTEGER NOT NULL,
+            messages INTEGER NOT NULL,
+            inputs INTEGER NOT NULL,
+            first_time INTEGER,
+            newest_time INTEGER,
+            times_known INTEGER NOT NULL
+        ) WITHOUT ROWID
+        """
+    )

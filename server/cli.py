@@ -17,12 +17,13 @@ import click
 
 from ccweb_index.indexer.errors import IndexFailure, IndexInsideSessions, IndexMismatch
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, ignored_entries
+from ccweb_index.indexer.load import PARSE_BYTES_IN_FLIGHT
 
 if TYPE_CHECKING:
     from ccweb_index.server.service import Service
 
-# The service (SQLite, sqlite-utils, the indexer) and the MCP SDK are imported by the commands that
-# use them: `serve` answers `initialize` before it opens the index (docs/decisions.md).
+# The service (SQLite, sqlite-utils, the indexer's writing side) and the MCP SDK are imported by the
+# commands that use them: `serve` answers `initialize` before it opens the index (docs/decisions.md).
 
 log = logging.getLogger("ccweb_index")
 
@@ -58,8 +59,26 @@ def _sessions_dir_option(func: Any) -> Any:
         show_default=True,
         help="Session files larger than this are not read, and count as unreadable.",
     )(func)
+    func = click.option(
+        "--parse-bytes-in-flight",
+        envvar="CCWEB_PARSE_BYTES_IN_FLIGHT",
+        type=click.IntRange(min=1),
+        default=PARSE_BYTES_IN_FLIGHT,
+        show_default=True,
+        expose_value=False,
+        callback=_remember,
+        help="Cap on the bytes of the session files being parsed at once (env CCWEB_PARSE_BYTES_IN_FLIGHT); "
+        "a single larger file is still parsed, alone.",
+    )(func)
     func = click.option("-v", "--verbose", is_flag=True, help="Log debug detail to stderr.")(func)
     return func
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    # Settings every command passes straight to the Service, kept off the commands' signatures.
+    if param.name is not None:
+        ctx.meta[param.name] = value
+    return value
 
 
 def _refusing_db_inside_sessions(command: Any) -> Any:
@@ -78,9 +97,17 @@ def _refusing_db_inside_sessions(command: Any) -> Any:
     return checked
 
 
+def _parse_budget() -> int:
+    # Kept by _remember in click's context, which belongs to the command's thread.
+    budget = click.get_current_context().meta.get("parse_bytes_in_flight", PARSE_BYTES_IN_FLIGHT)
+    return int(budget)
+
+
 def _open_service(sessions_dir: str, db: str | None, max_session_bytes: int, **kwargs: Any) -> Service:
     from ccweb_index.server.service import Service
 
+    if "parse_bytes_in_flight" not in kwargs:
+        kwargs["parse_bytes_in_flight"] = _parse_budget()
     try:
         return Service(sessions_dir, db, max_session_bytes=max_session_bytes, **kwargs)
     except IndexMismatch as exc:
@@ -283,8 +310,12 @@ def serve(
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(asctime)s ccweb-index %(levelname)s %(message)s")  # fmt: skip
 
+    budget = _parse_budget()  # here: the service is opened in another thread, outside click's context
+
     def open_service() -> Service:
-        service = _open_service(sessions_dir, db, max_session_bytes, watch=not no_watch, poll=poll)
+        service = _open_service(
+            sessions_dir, db, max_session_bytes, watch=not no_watch, poll=poll, parse_bytes_in_flight=budget
+        )
         service.start_in_background()
         return service
 

@@ -4,19 +4,24 @@ They are made with the same code that fills the index (`indexer.load`) and selec
 index's queries do (`server.queries.matches`, `answer_order`), so the answer is the same. A file
 that is unreadable now stands in with its last good version, read from the index on a read-only
 connection of its own when the index is still readable.
+
+A conversations answer needs every file read, so concurrent calls share one pass over the directory
+(`SharedPass`) instead of making one each, and the pass spreads over at most one worker per core
+(`indexer.load`).
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ccweb_index.indexer.files import list_sessions, lstat_session
-from ccweb_index.indexer.load import UnreadableLog, load_many, load_session
+from ccweb_index.indexer.load import PARSE_BYTES_IN_FLIGHT, UnreadableLog, Wanted, load_many, load_session
 from ccweb_index.indexer.row import SessionRow
 from ccweb_index.server import queries
 from ccweb_index.server.tools import (
@@ -36,11 +41,20 @@ _LAST_GOOD_WAIT_SECONDS = 0.2
 
 
 class FileAnswers:
-    def __init__(self, sessions_dir: str, db_path: Path, max_session_bytes: int, unreadable: UnreadableLog) -> None:
+    def __init__(
+        self,
+        sessions_dir: str,
+        db_path: Path,
+        max_session_bytes: int,
+        unreadable: UnreadableLog,
+        parse_bytes_in_flight: int = PARSE_BYTES_IN_FLIGHT,
+    ) -> None:
         self.sessions_dir = sessions_dir
         self.db_path = db_path
         self.max_session_bytes = max_session_bytes
         self.unreadable = unreadable
+        self.parse_bytes_in_flight = parse_bytes_in_flight
+        self._pass = SharedPass(self._read_directory)
 
     def inputs(self, request: InputsRequest, use_index: bool) -> dict[str, Any]:
         """`use_index`: whether the index may still be read for last good versions (not when broken)."""
@@ -60,6 +74,14 @@ class FileAnswers:
         return user_inputs_answer(conversation_id, request.limit, request.max_chars, total, newest)
 
     def conversations(self, request: ConversationsRequest, use_index: bool) -> dict[str, Any]:
+        rows, bad = self._pass.result()
+        if bad and use_index:
+            rows = rows + (self._read_index(lambda conn: queries.good_rows(conn, bad)) or [])
+        matching = sorted((row for row in rows if queries.matches(row, request)), key=queries.answer_order)
+        return conversations_answer(request, matching[: request.limit + 1])
+
+    def _read_directory(self) -> tuple[list[SessionRow], list[str]]:
+        """Every session's row, and the ids of those unreadable now."""
         try:
             listing = list_sessions(self.sessions_dir)
         except FileNotFoundError:
@@ -68,10 +90,10 @@ class FileAnswers:
         for session_id in listing:
             st = lstat_session(self.sessions_dir, session_id)
             if st is not None:
-                wanted.append((session_id, st.st_size))
+                wanted.append(Wanted(session_id, st.st_size))
         rows: list[SessionRow] = []
         bad: list[str] = []
-        for session_id, loaded in load_many(self.sessions_dir, wanted, self.max_session_bytes):
+        for session_id, loaded in load_many(self.sessions_dir, wanted, self.max_session_bytes, self.parse_bytes_in_flight):
             if loaded is None:
                 continue
             if loaded.row is None:
@@ -79,10 +101,7 @@ class FileAnswers:
                 bad.append(session_id)
             else:
                 rows.append(loaded.row)
-        if bad and use_index:
-            rows += self._read_index(lambda conn: queries.good_rows(conn, bad)) or []
-        matching = sorted((row for row in rows if queries.matches(row, request)), key=queries.answer_order)
-        return conversations_answer(request, matching[: request.limit + 1])
+        return rows, bad
 
     def _last_good_inputs(self, session_id: str, limit: int) -> tuple[int, list[StoredInput]] | None:
         def read(conn: sqlite3.Connection) -> tuple[int, list[StoredInput]] | None:
@@ -104,3 +123,47 @@ class FileAnswers:
                 conn.close()
         except sqlite3.Error:
             return None
+
+
+class SharedPass:
+    """Runs `run` for the calls that want its result, one run at a time, shared by every call that
+    arrives while a run is awaited. A call never takes the result of a run that began before it
+    did (it could miss a change completed before the call): it waits for the next one instead."""
+
+    def __init__(self, run: Callable[[], T]) -> None:
+        self._run = run
+        self._cond = threading.Condition()
+        self._started = 0
+        self._finished = 0
+        self._running = False
+        self._last: tuple[Any, BaseException | None] = (None, None)
+
+    def result(self) -> Any:
+        with self._cond:
+            need = self._started + 1  # the first run to begin after this call did
+            while self._finished < need:
+                if not self._running:
+                    self._running = True
+                    self._started += 1
+                    mine = self._started
+                    break
+                self._cond.wait()
+            else:
+                return self._outcome()
+        outcome: tuple[Any, BaseException | None]
+        try:
+            outcome = (self._run(), None)
+        except BaseException as exc:  # handed to every call that shared this run
+            outcome = (None, exc)
+        with self._cond:
+            self._running = False
+            self._finished = mine
+            self._last = outcome
+            self._cond.notify_all()
+            return self._outcome()
+
+    def _outcome(self) -> Any:
+        value, error = self._last
+        if error is not None:
+            raise error
+        return value

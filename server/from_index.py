@@ -32,8 +32,8 @@ from ccweb_index.server.tools import (
     user_inputs_answer,
 )
 
-# How long a call waits for another thread of this process to finish with the index (e.g. a large
-# initial build) before answering from the files instead.
+# How long a call waits in all for locks held by other threads of this process (a large initial
+# build, a commit, the watcher's batch in flight) before answering from the files instead.
 LOCK_WAIT_SECONDS = 5.0
 
 
@@ -45,7 +45,7 @@ class IndexAnswers:
 
     def inputs(self, request: InputsRequest) -> dict[str, Any]:
         conversation_id = request.conversation_id
-        with self.handle.locked(LOCK_WAIT_SECONDS):
+        with self.handle.deadline(LOCK_WAIT_SECONDS):
             self.indexer.ready()
             not_now = self.indexer.refresh([conversation_id]).deferred.get(conversation_id)
             with self.handle.connection() as conn:
@@ -59,12 +59,10 @@ class IndexAnswers:
         return user_inputs_answer(conversation_id, request.limit, request.max_chars, total, newest)
 
     def conversations(self, request: ConversationsRequest) -> dict[str, Any]:
-        with self.handle.locked(LOCK_WAIT_SECONDS):
+        with self.handle.deadline(LOCK_WAIT_SECONDS):
             self.indexer.ready()
-        # The cookie round trip happens outside the lock, so concurrent calls share the wait.
-        synced = self._synced()
-        with self.handle.locked(LOCK_WAIT_SECONDS):
-            if not synced:
+            # Outside the lock: concurrent calls share the cookie's round trip.
+            if not self._synced():
                 self.indexer.reconcile()
             with self.handle.connection() as conn:
                 rows = queries.conversations(conn, request, limit=request.limit + 1)

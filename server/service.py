@@ -23,7 +23,7 @@ from ccweb_index.indexer.db import resolve_db_path
 from ccweb_index.indexer.errors import IndexBroken, IndexMoved
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES
 from ccweb_index.indexer.handle import IndexHandle
-from ccweb_index.indexer.load import UnreadableLog
+from ccweb_index.indexer.load import PARSE_BYTES_IN_FLIGHT, UnreadableLog
 from ccweb_index.indexer.refresh import Indexer
 from ccweb_index.indexer.watch import Watcher
 from ccweb_index.server import queries
@@ -64,19 +64,22 @@ class Service:
         watch: bool = False,
         poll: bool = False,
         max_session_bytes: int = DEFAULT_MAX_SESSION_BYTES,
+        parse_bytes_in_flight: int = PARSE_BYTES_IN_FLIGHT,
     ) -> None:
         self.sessions_dir = os.path.realpath(sessions_dir)
         self.db_path: Path = resolve_db_path(self.sessions_dir, db)
         self.handle = IndexHandle(self.db_path, self.sessions_dir)
         unreadable = UnreadableLog()  # shared: a file state is logged once, whoever read it
-        self.indexer = Indexer(self.handle, max_session_bytes=max_session_bytes, unreadable=unreadable)
+        self.indexer = Indexer(
+            self.handle, max_session_bytes=max_session_bytes, unreadable=unreadable, parse_bytes_in_flight=parse_bytes_in_flight
+        )
         self._supervisor = (
             Supervisor(self.indexer, poll=poll, on_error=functools.partial(self.handle.failed, background=True))
             if watch
             else None
         )
         self._from_index = IndexAnswers(self.indexer, lambda: self.watcher)
-        self._from_files = FileAnswers(self.sessions_dir, self.db_path, max_session_bytes, unreadable)
+        self._from_files = FileAnswers(self.sessions_dir, self.db_path, max_session_bytes, unreadable, parse_bytes_in_flight)
         self._closed = False
         with self.handle.lock:
             self.handle.open()

@@ -10,7 +10,7 @@ import pytest
 
 from ccweb_index.indexer import files
 
-from conftest import Corpus, cli, session
+from conftest import Corpus, cli, session, stdio_client_for
 
 
 def test_build_is_incremental_and_prints_a_summary(corpus: Corpus, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,3 +73,16 @@ def test_status_lists_unreadable_files_with_reasons(corpus: Corpus, db_path: Pat
     assert "unreadable torn.json: invalid JSON" in result.stdout
     assert "unreadable arr.json: top level is not a JSON object" in result.stdout
     assert str(db_path) in result.stdout and "last reconcile: " in result.stdout
+
+
+def test_the_parse_budget_option_reaches_every_command(corpus: Corpus, db_path: Path) -> None:
+    """--parse-bytes-in-flight / CCWEB_PARSE_BYTES_IN_FLIGHT: `serve` over stdio opens its service in
+    another thread than the command's, which has no click context of its own."""
+    corpus.write("a", session("hello"))
+    called = cli("call", "--sessions-dir", str(corpus.path), "--db", str(db_path), "--parse-bytes-in-flight", "4096",
+                 "ccweb_list_user_inputs", '{"conversationId": "a"}')  # fmt: skip
+    assert called.returncode == 0, called.stderr
+    for args, env in ((("--parse-bytes-in-flight", "4096"), None), ((), {"CCWEB_PARSE_BYTES_IN_FLIGHT": "4096"})):
+        with stdio_client_for(corpus.path, db_path, args=args, env=env) as client:
+            payload, is_error = client.call("ccweb_list_user_inputs", {"conversationId": "a"})
+        assert not is_error and [i["content"] for i in payload["inputs"]] == ["hello"]

@@ -21,7 +21,7 @@ def applied(path: Path) -> list[str]:
 
 def test_a_new_index_has_every_migration_in_order(corpus: Corpus, db_path: Path) -> None:
     open_index(db_path, str(corpus.path)).close()
-    assert applied(db_path) == ["m001_sessions", "m002_user_inputs", "m003_meta", "m004_input_heads"]
+    assert applied(db_path) == ["m001_sessions", "m002_user_inputs", "m003_meta", "m004_input_heads", "m005_checkpoints"]
 
 
 def test_an_older_index_is_upgraded_in_place(corpus: Corpus, db_path: Path) -> None:
@@ -37,7 +37,7 @@ def test_an_older_index_is_upgraded_in_place(corpus: Corpus, db_path: Path) -> N
     assert applied(db_path) == ["m001_sessions", "m002_user_inputs"]
 
     conn = open_index(db_path, str(corpus.path))
-    assert applied(db_path) == ["m001_sessions", "m002_user_inputs", "m003_meta", "m004_input_heads"]
+    assert applied(db_path) == ["m001_sessions", "m002_user_inputs", "m003_meta", "m004_input_heads", "m005_checkpoints"]
     assert conn.execute("SELECT id FROM sessions").fetchall() == [("kept",)], "data survives the upgrade"
     conn.close()
     # and the service then brings it in line with the files

@@ -1,0 +1,268 @@
+"""One hot giant conversation against every other call (issue 10, item 3).
+
+    python -m bench.hot_session --out DIR [--messages 1000000] [--seconds 60] [--interval 2]
+                                [--code TREE] [--label after]
+
+A sessions directory of small conversations (some of them MCP children of `src`) and one big one,
+`hot` (--messages messages, about 52 bytes each: 1,000,000 make 52 MB), which a writer thread grows
+by a few messages every --interval seconds, rewriting the whole file in place as cc-web's
+`fs.writeFile` does. Two servers share one index, both with their watcher: `serve` over stdio and
+`serve --transport http`. One client per transport calls, back to back, in rounds:
+`list_conversations` children of `src`, `list_conversations` scope all, `list_user_inputs` of a
+small conversation, and `list_user_inputs` of `hot`. Prints one JSON object: each call kind's
+latency per transport, the write times, the hot file's parse times in this process (whole, and
+resumed from its checkpoint when the code has checkpoints), and the load average.
+
+`--code TREE` runs the servers from another checkout of the repository (e.g. main, for a
+"before" figure): `python -m ccweb_index` with TREE importable as `ccweb_index`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from bench.common import ccweb_index_command, clean_env, latency_summary, progress
+
+HOT = "hot"
+SOURCE = "src"
+SMALL = 200
+APPENDED = 10  # messages per write, one of them a user input
+KINDS = ("children", "all", "inputs_small", "inputs_hot")
+
+
+# --- the corpus ------------------------------------------------------------------------------------
+
+
+def _message(n: int) -> bytes:
+    if n % APPENDED == 0:
+        return b'{"id":"u%07d","role":"user","content":"question %d"}' % (n, n)
+    return b'{"id":"a%07d","role":"assistant","content":"answer"}' % n
+
+
+class HotFile:
+    """The big session: its messages kept as bytes, the whole file written again at each append."""
+
+    def __init__(self, path: Path, messages: int) -> None:
+        self.path = path
+        self.count = messages
+        self.body = b",".join(_message(n) for n in range(messages))
+
+    def write(self) -> float:
+        head = b'{"title":"hot","status":"running","updatedAt":"%s","messages":[' % _iso(time.time()).encode()
+        data = head + self.body + b"]}"
+        started = time.perf_counter()
+        with open(self.path, "r+b" if self.path.exists() else "wb") as f:  # truncate, then write
+            f.truncate(0)
+            f.write(data)
+        return time.perf_counter() - started
+
+    def append(self) -> float:
+        self.body += b"," + b",".join(_message(n) for n in range(self.count, self.count + APPENDED))
+        self.count += APPENDED
+        return self.write()
+
+
+def _iso(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{int(seconds * 1000) % 1000:03d}Z"
+
+
+def make_corpus(sessions: Path, messages: int) -> HotFile:
+    sessions.mkdir(parents=True)
+    for n in range(SMALL):
+        doc: dict[str, Any] = {
+            "title": f"small {n}",
+            "updatedAt": _iso(1_780_000_000 + n * 60),
+            "messages": [{"id": f"m{k}", "role": "user", "content": f"input {k} of {n}"} for k in range(5)],
+        }
+        if n % 4 == 0:
+            doc["createdFrom"] = {"kind": "mcp", "sourceSessionId": SOURCE}
+        (sessions / f"s{n:03d}.json").write_text(json.dumps(doc))
+    (sessions / f"{SOURCE}.json").write_text(json.dumps({"title": "source", "messages": []}))
+    hot = HotFile(sessions / f"{HOT}.json", messages)
+    hot.write()
+    return hot
+
+
+# --- the servers and the clients -------------------------------------------------------------------
+
+
+def server_command(code: str | None) -> tuple[list[str], dict[str, str]]:
+    if code is None:
+        return [ccweb_index_command()], clean_env()
+    # A directory holding `ccweb_index` -> the other checkout, first on the path.
+    shim = tempfile.mkdtemp(prefix="ccweb-bench-code-")
+    os.symlink(os.path.abspath(code), os.path.join(shim, "ccweb_index"))
+    return [sys.executable, "-m", "ccweb_index"], clean_env(PYTHONPATH=shim)
+
+
+def start_http(command: list[str], env: dict[str, str], sessions: Path, db: Path, log: Path) -> tuple[Any, str]:
+    import re
+    import subprocess
+
+    import httpx2
+
+    args = [*command, "serve", "--transport", "http", "--port", "0", "--sessions-dir", str(sessions), "--db", str(db)]
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = re.search(r"serving MCP on (http://\S+/mcp)", log.read_text(errors="replace"))
+        if found:
+            try:
+                if httpx2.get(found.group(1)[: -len("/mcp")] + "/healthz", timeout=10).status_code == 200:
+                    return proc, found.group(1)
+            except httpx2.TransportError:
+                pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"the HTTP server did not start:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+@asynccontextmanager
+async def connect(transport: str, command: list[str], env: dict[str, str], sessions: Path, db: Path, url: str, log: Path) -> Any:
+    import httpx2
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with AsyncExitStack() as stack:
+        if transport == "http":
+            http = await stack.enter_async_context(
+                httpx2.AsyncClient(headers={"X-Ccweb-Source-Session": SOURCE}, timeout=httpx2.Timeout(60, read=120))
+            )
+            read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
+        else:
+            params = StdioServerParameters(
+                command=command[0],
+                args=[*command[1:], "serve", "--sessions-dir", str(sessions), "--db", str(db)],
+                env={**env, "CCWEB_SOURCE_SESSION_ID": SOURCE},
+            )
+            errlog = stack.enter_context(open(log, "w"))
+            read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+        client = await stack.enter_async_context(ClientSession(read, write))
+        await client.initialize()
+        yield client
+
+
+CALLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "children": ("ccweb_list_conversations", {"scope": "children"}),
+    "all": ("ccweb_list_conversations", {"scope": "all", "limit": 20}),
+    "inputs_small": ("ccweb_list_user_inputs", {"conversationId": "s007"}),
+    "inputs_hot": ("ccweb_list_user_inputs", {"conversationId": HOT}),
+}
+
+
+async def drive(client: Any, until: float, warmup: float) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    errors = 0
+    while time.monotonic() < until:
+        for kind in KINDS:
+            name, arguments = CALLS[kind]
+            started = time.monotonic()
+            result = await client.call_tool(name, arguments)
+            elapsed = time.monotonic() - started
+            errors += bool(result.is_error)
+            if started >= warmup:
+                times[kind].append(elapsed)
+    times["errors"] = [float(errors)]
+    return times
+
+
+async def run_clients(command: list[str], env: dict[str, str], sessions: Path, db: Path, url: str, work: Path, seconds: float) -> dict[str, Any]:
+    async with (
+        connect("stdio", command, env, sessions, db, url, work / "stdio.log") as stdio,
+        connect("http", command, env, sessions, db, url, work / "http.log") as http,
+    ):
+        await stdio.call_tool(*CALLS["all"])  # the stdio server's first reconcile
+        now = time.monotonic()
+        warmup, until = now + min(10.0, seconds / 6), now + seconds
+        results = await asyncio.gather(drive(stdio, until, warmup), drive(http, until, warmup))
+    return dict(zip(("stdio", "http"), results))
+
+
+# --- the hot file's own parse -----------------------------------------------------------------------
+
+
+def parse_times(sessions: Path, repeat: int = 5) -> dict[str, float | None]:
+    """Median seconds to load the hot file whole, and resumed from its checkpoint (this code)."""
+    from ccweb_index.indexer import load
+
+    whole, resumed = [], []
+    loaded = None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        loaded = load.load_session(str(sessions), HOT, 1 << 30)
+        whole.append(time.perf_counter() - started)
+    checkpoint = None if loaded is None else loaded.checkpoint
+    for _ in range(repeat if checkpoint is not None else 0):
+        started = time.perf_counter()
+        load.load_session(str(sessions), HOT, 1 << 30, checkpoint)
+        resumed.append(time.perf_counter() - started)
+    return {"whole_s": statistics.median(whole), "resumed_s": statistics.median(resumed) if resumed else None}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, type=Path, help="a new directory for the corpus and the index")
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--interval", type=float, default=2.0)
+    parser.add_argument("--code", help="run the servers from this checkout instead (a 'before' figure)")
+    parser.add_argument("--label", default="after")
+    args = parser.parse_args()
+    sessions, db = args.out / "sessions", args.out / "index.sqlite"
+    progress(f"writing {SMALL} small sessions and a {args.messages:,}-message one")
+    hot = make_corpus(sessions, args.messages)
+    command, env = server_command(args.code)
+    import subprocess
+
+    progress("building the index")
+    subprocess.run([*command, "build", "--sessions-dir", str(sessions), "--db", str(db)], env=env, check=True)
+    server, url = start_http(command, env, sessions, db, args.out / "http-server.log")
+    writes: list[float] = []
+    stop = threading.Event()
+
+    def writer() -> None:
+        while not stop.wait(args.interval):
+            writes.append(hot.append())
+
+    thread = threading.Thread(target=writer, daemon=True)
+    try:
+        thread.start()
+        progress(f"calling for {args.seconds:.0f} s while {HOT} grows every {args.interval} s")
+        calls = asyncio.run(run_clients(command, env, sessions, db, url, args.out, args.seconds))
+    finally:
+        stop.set()
+        thread.join()
+        server.terminate()
+        server.wait(30)
+    report: dict[str, Any] = {
+        "label": args.label,
+        "hot_bytes": hot.path.stat().st_size,
+        "hot_messages": hot.count,
+        "writes": len(writes),
+        "write_s_median": statistics.median(writes) if writes else None,
+        "loadavg": os.getloadavg(),
+        "calls": {
+            transport: {kind: latency_summary(times[kind]) for kind in KINDS if times[kind]} | {"errors": times["errors"][0]}
+            for transport, times in calls.items()
+        },
+    }
+    if args.code is None:
+        report["hot_parse"] = parse_times(sessions)
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
