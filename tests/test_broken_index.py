@@ -260,15 +260,13 @@ def test_a_call_kept_from_the_index_by_its_own_process_answers_from_the_files(
     svc.start()
     try:
         inside, release = threading.Event(), threading.Event()
-        real = svc.indexer.reconcile
 
-        def long_reconcile(*args: Any, **kwargs: Any) -> Any:
-            inside.set()
-            assert release.wait(30)
-            return real(*args, **kwargs)
+        def hold_the_index() -> None:
+            with svc.handle.lock:
+                inside.set()
+                assert release.wait(30)
 
-        svc.indexer.reconcile = long_reconcile  # type: ignore[method-assign]
-        holder = threading.Thread(target=svc.call, args=(CONVERSATIONS, {}, SOURCE))
+        holder = threading.Thread(target=hold_the_index)
         holder.start()
         try:
             assert inside.wait(30)
@@ -278,7 +276,6 @@ def test_a_call_kept_from_the_index_by_its_own_process_answers_from_the_files(
         finally:
             release.set()
             holder.join(30)
-        svc.indexer.reconcile = real  # type: ignore[method-assign]
         assert svc.handle.is_open, "the index was given up for a lock held by the process itself"
         change(corpus, 1)
         result = svc.call(CONVERSATIONS, {}, SOURCE)
