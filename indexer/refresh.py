@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ccweb_index.indexer import store
@@ -13,6 +13,7 @@ from ccweb_index.indexer.faultlog import FaultLog
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, Signature, lstat_session, sweep_sessions
 from ccweb_index.indexer.handle import IndexHandle
 from ccweb_index.indexer.load import Loaded, UnreadableLog, load_many
+from ccweb_index.indexer.progress import NO_PROGRESS, Progress
 from ccweb_index.indexer.torn import TornWrites
 
 # Bounds one write transaction, so readers in other processes never wait long.
@@ -53,6 +54,7 @@ class Indexer:
         self.lock = handle.lock
         self.max_session_bytes = max_session_bytes
         self.unreadable = unreadable or UnreadableLog()
+        self.progress: Progress = NO_PROGRESS  # told about every full pass (reconcile) not given its own
         self._shortage = FaultLog()  # reads failing for the environment's reasons, logged once
 
     # --- the ways in ------------------------------------------------------------------------
@@ -65,12 +67,13 @@ class Indexer:
             if self.handle.needs_reconcile:
                 self.reconcile()
 
-    def reconcile(self, progress: Callable[[int, int], None] | None = None) -> RefreshStats:
+    def reconcile(self, progress: Progress | None = None) -> RefreshStats:
         """Compare every file's signature with the index; read what changed; drop what is gone.
 
         Also the check of a call without a caught-up watcher, so the comparison is one readdir, one
         lstat per file and plain tuples; rows are fetched whole only for the files that are due.
         """
+        progress = progress or self.progress
         with self.handle.connection() as conn:
             looked_at = time.time_ns()
             try:
@@ -81,6 +84,7 @@ class Indexer:
             due = {i for i, sig in swept.items() if settled.get(i) != sig} | {i for i in known if i not in swept}
             stored = store.stored_signatures(conn, sorted(due))
             stats = self._bring_in_line(conn, due, stored, progress=progress)
+            progress.done()
             self._stamp_reconcile(conn, looked_at)
             self.handle.reconciled()
             return stats
@@ -110,7 +114,7 @@ class Indexer:
         ids: Iterable[str],
         stored: dict[str, store.Stored],
         *,
-        progress: Callable[[int, int], None] | None = None,
+        progress: Progress = NO_PROGRESS,
     ) -> RefreshStats:
         stats = RefreshStats()
         gone: list[str] = []
@@ -128,9 +132,11 @@ class Indexer:
         wanted.sort()
         pending: list[Loaded] = []
         pending_bytes = 0
+        sizes = dict(wanted)
+        progress.start(len(sizes), sum(sizes.values()))
         loads = load_many(self.sessions_dir, wanted, self.max_session_bytes)
         torn = TornWrites(self.sessions_dir, self.max_session_bytes)
-        for done, (session_id, loaded) in enumerate(loads, 1):
+        for session_id, loaded in loads:
             known = stored.get(session_id)
             if loaded is not None and torn.worth_waiting_for(loaded, known is not None and known.good):
                 loaded = torn.settle(loaded)
@@ -145,8 +151,7 @@ class Indexer:
             if len(pending) >= _BATCH_FILES or pending_bytes >= _BATCH_BYTES:
                 self._write(conn, pending, [], stored, stats)
                 pending, pending_bytes = [], 0
-            if progress is not None:
-                progress(done, len(wanted))
+            progress.advance(1, sizes[session_id])
         self._write(conn, pending, gone, stored, stats)
         if stats.deferred:
             reason = next(iter(stats.deferred.values()))
