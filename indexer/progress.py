@@ -135,28 +135,39 @@ class Tally:
 
 
 class LoggedProgress(Tally):
-    """Logs a pass at INFO: a line when it starts with files to read, one every `every` seconds
-    while it runs, and one at its end. With once=True only the first pass is reported (the first
-    indexing pass of `serve` and `watch`; later passes are the watcher's business)."""
+    """Logs a pass at INFO: a line every `every` seconds while it runs and, with announce=True, one
+    when it starts with files to read and one at its end (`build` prints its own summary instead).
+    With once=True only the first pass is reported (the first indexing pass of `serve` and
+    `watch`; later passes are the watcher's business)."""
 
     def __init__(
-        self, what: str, *, every: float | None = None, once: bool = False, clock: Callable[[], float] = time.monotonic
+        self,
+        what: str,
+        *,
+        every: float | None = None,
+        once: bool = False,
+        announce: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(clock)
         self.what = what
         self.every = PROGRESS_LOG_SECONDS if every is None else every
         self.once = once
+        self.announce = announce
         self._finished = False  # once=True: the first pass is over
-        self._logged_at: float | None = None  # when the last line was logged; None: no start line
+        self._logged_at: float | None = None  # when the last line was due; None: no pass running
+        self._announced = False
 
     def start(self, files: int, size: int) -> None:
         if self._finished:
             return
         first = self.snapshot() is None
         super().start(files, size)
-        if first and files:
+        if first:
             self._logged_at = self._clock()
-            log.info("%s: %s files to read (%.1f MB)", self.what, f"{files:,}", size / 1e6)
+            if self.announce and files:
+                self._announced = True
+                log.info("%s: %s files to read (%.1f MB)", self.what, f"{files:,}", size / 1e6)
 
     def advance(self, files: int, size: int) -> None:
         if self._finished:
@@ -174,9 +185,9 @@ class LoggedProgress(Tally):
         snapshot = self.snapshot()
         super().done()
         self._finished = self.once
-        if snapshot is not None and self._logged_at is not None:
+        if snapshot is not None and self._announced:
             log.info(
                 "%s: done, %s files (%.1f MB) read in %s",
                 self.what, f"{snapshot.files:,}", snapshot.size / 1e6, duration(snapshot.seconds),
             )  # fmt: skip
-        self._logged_at = None
+        self._logged_at, self._announced = None, False

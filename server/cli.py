@@ -159,7 +159,7 @@ def _build_progress(every: float) -> contextlib.AbstractContextManager[Progress]
         from ccweb_index.server.bar import BarProgress
 
         return BarProgress(sys.stderr)
-    return contextlib.nullcontext(LoggedProgress("build", every=every))
+    return contextlib.nullcontext(LoggedProgress("build", every=every, announce=False))
 
 
 @main.command()
