@@ -47,6 +47,14 @@ OPEN_LOCK_TIMEOUT_SECONDS = 10.0
 _SIDE_FILES = ("-wal", "-shm")
 # The page cache of a connection: large enough that a build's index inserts stay in memory.
 _CACHE_KIB = 32_000
+# The WAL file is cut back to this size each time SQLite starts it over (every frame copied into
+# the database and no reader left on it), so a large build does not leave a large file behind for
+# every reader to map (issue 12). `settle_wal` empties it after a build and serve's first pass.
+WAL_LIMIT_BYTES = 64 * 1024 * 1024
+# How long `settle_wal` waits for other processes' readers to leave the WAL. Meanwhile their
+# writers wait too (a TRUNCATE checkpoint holds the write lock), so it is short; a call reads for
+# milliseconds.
+SETTLE_WAIT_MS = 500
 
 
 def cache_dir() -> Path:
@@ -76,6 +84,7 @@ def connect(path: Path) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")  # negative: KiB, not pages
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
     except BaseException:
         conn.close()
         raise
@@ -260,6 +269,33 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
         raise
+
+
+def settle_wal(conn: sqlite3.Connection, path: Path) -> bool:
+    """Copy the whole WAL into the database and truncate it to nothing; False if a reader in
+    another process still needed it after SETTLE_WAIT_MS (then `journal_size_limit` cuts it back
+    to WAL_LIMIT_BYTES at the next write after that reader leaves).
+
+    The checkpoints SQLite runs on its own at commits are PASSIVE: they never wait, so one that
+    finds a reader on the WAL leaves the file as long as it is. TRUNCATE waits for such readers
+    (with the busy handler) to finish the read they are in, and then leaves a zero-length file.
+    A WAL no larger than SQLite's own checkpoints keep it (`wal_autocheckpoint` pages) is left
+    alone: no write lock is taken for nothing, e.g. by a `build` that found nothing to do.
+    """
+    try:
+        size = os.path.getsize(f"{path}-wal")
+    except FileNotFoundError:
+        return True
+    (pages,) = conn.execute("PRAGMA wal_autocheckpoint").fetchone()
+    (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+    if size <= min(pages * page_size, WAL_LIMIT_BYTES):
+        return True
+    conn.execute(f"PRAGMA busy_timeout = {SETTLE_WAIT_MS}")
+    try:
+        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return not busy
 
 
 def get_meta(conn: sqlite3.Connection, key: str) -> object:

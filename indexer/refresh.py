@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ccweb_index.indexer import store
@@ -13,6 +13,7 @@ from ccweb_index.indexer.faultlog import FaultLog
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, Signature, lstat_session, sweep_sessions
 from ccweb_index.indexer.handle import IndexHandle
 from ccweb_index.indexer.load import PARSE_BYTES_IN_FLIGHT, Loaded, UnreadableLog, Wanted, load_many
+from ccweb_index.indexer.progress import NO_PROGRESS, Progress
 from ccweb_index.indexer.sessionfile import Checkpoint
 from ccweb_index.indexer.torn import TornWrites
 
@@ -60,6 +61,7 @@ class Indexer:
         self.max_session_bytes = max_session_bytes
         self.parse_bytes_in_flight = parse_bytes_in_flight
         self.unreadable = unreadable or UnreadableLog()
+        self.progress: Progress = NO_PROGRESS  # told about every full pass (reconcile) not given its own
         self._shortage = FaultLog()  # reads failing for the environment's reasons, logged once
 
     # --- the ways in ------------------------------------------------------------------------
@@ -73,12 +75,13 @@ class Indexer:
             if self.handle.needs_reconcile:
                 self.reconcile()
 
-    def reconcile(self, progress: Callable[[int, int], None] | None = None) -> RefreshStats:
+    def reconcile(self, progress: Progress | None = None) -> RefreshStats:
         """Compare every file's signature with the index; read what changed; drop what is gone.
 
         Also the check of a call without a caught-up watcher, so the comparison is one readdir, one
         lstat per file and plain tuples; rows are fetched whole only for the files that are due.
         """
+        progress = progress or self.progress
         # The sweep (a stat per file) runs outside the lock: a row committed after it either holds
         # the state the sweep saw (nothing to do) or differs from it (the file is due).
         looked_at = time.time_ns()
@@ -91,6 +94,7 @@ class Indexer:
             due = {i for i, sig in swept.items() if settled.get(i) != sig} | {i for i in known if i not in swept}
             stored = store.stored_signatures(conn, sorted(due))
         stats = self._bring_in_line(due, stored, progress=progress)
+        progress.done()
         with self.handle.connection() as now:
             self._stamp_reconcile(now, looked_at)
             if now is conn:  # the index was not replaced meanwhile (a new one needs its own reconcile)
@@ -121,7 +125,7 @@ class Indexer:
         ids: Iterable[str],
         stored: dict[str, store.Stored],
         *,
-        progress: Callable[[int, int], None] | None = None,
+        progress: Progress = NO_PROGRESS,
     ) -> RefreshStats:
         """Stat `ids`, read (outside the lock) those that moved, and commit them in short batches.
 
@@ -173,7 +177,7 @@ class Indexer:
         gone: list[str],
         stored: dict[str, store.Stored],
         stats: RefreshStats,
-        progress: Callable[[int, int], None] | None,
+        progress: Progress,
         *,
         resume: bool,
     ) -> list[str]:
@@ -186,9 +190,11 @@ class Indexer:
         again: list[str] = []
         pending: list[Loaded] = []
         pending_bytes = 0
+        sizes = dict(wanted)
+        progress.start(len(sizes), sum(sizes.values()))
         loads = load_many(self.sessions_dir, plan, self.max_session_bytes, self.parse_bytes_in_flight)
         torn = TornWrites(self.sessions_dir, self.max_session_bytes)
-        for done, (session_id, loaded) in enumerate(loads, 1):
+        for session_id, loaded in loads:
             known = stored.get(session_id)
             if loaded is not None and torn.worth_waiting_for(loaded, known is not None and known.good):
                 loaded = torn.settle(loaded, checkpoints.get(session_id))
@@ -203,8 +209,7 @@ class Indexer:
             if len(pending) >= _BATCH_FILES or pending_bytes >= _BATCH_BYTES:
                 again += self._write(pending, [], stored, stats)
                 pending, pending_bytes = [], 0
-            if progress is not None:
-                progress(done, len(wanted))
+            progress.advance(1, sizes[session_id])
         again += self._write(pending, gone, stored, stats)
         return again
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -18,6 +19,7 @@ import click
 from ccweb_index.indexer.errors import IndexFailure, IndexInsideSessions, IndexMismatch
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, ignored_entries
 from ccweb_index.indexer.load import PARSE_BYTES_IN_FLIGHT
+from ccweb_index.indexer.progress import PROGRESS_LOG_SECONDS, LoggedProgress, Progress
 
 if TYPE_CHECKING:
     from ccweb_index.server.service import Service
@@ -143,7 +145,15 @@ def main() -> None:
 
 @main.command()
 @_sessions_dir_option
-def build(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bool) -> None:
+@click.option(
+    "--progress-seconds",
+    envvar="CCWEB_INDEX_PROGRESS_SECONDS",
+    type=click.FloatRange(min=0),
+    default=PROGRESS_LOG_SECONDS,
+    show_default=True,
+    help="When stderr is not a terminal: log a progress line this often (on a terminal, a bar shows it).",
+)
+def build(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bool, progress_seconds: float) -> None:
     """Bring the index in line with the sessions directory, then exit.
 
     Incremental: files whose stat signature did not change are not read.
@@ -155,16 +165,9 @@ def build(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bo
         _require_index(service)
         started = time.perf_counter()
         try:
-            if sys.stderr.isatty():
-                with click.progressbar(length=1, label="indexing", file=sys.stderr) as bar:
-
-                    def progress(done: int, total: int) -> None:
-                        bar.length = total
-                        bar.update(done - bar.pos)
-
-                    stats = service.indexer.reconcile(progress=progress)
-            else:
-                stats = service.indexer.reconcile()
+            with _build_progress(progress_seconds) as progress:
+                stats = service.indexer.reconcile(progress=progress)
+            service.settle()
             counts = service.counts()
         except IndexFailure as exc:
             raise click.ClickException(f"cannot write the index {service.db_path}: {exc}") from None
@@ -176,6 +179,15 @@ def build(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bo
         f"read {stats.read} files, removed {stats.removed}, in {elapsed:.2f} s",
         err=True,
     )
+
+
+def _build_progress(every: float) -> contextlib.AbstractContextManager[Progress]:
+    # A bar for a person at a terminal; in a log (CI, cron, a pipe) a line every `every` seconds.
+    if sys.stderr.isatty():
+        from ccweb_index.server.bar import BarProgress
+
+        return BarProgress(sys.stderr)
+    return contextlib.nullcontext(LoggedProgress("build", every=every, announce=False))
 
 
 @main.command()
@@ -494,15 +506,16 @@ def status(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: b
     try:
         exists = os.path.isdir(service.sessions_dir)
         click.echo(f"sessions directory: {service.sessions_dir}" + ("" if exists else " (missing)"))
-        size = sum(os.path.getsize(p) for p in (f"{service.db_path}{s}" for s in ("", "-wal")) if os.path.exists(p))
         try:
             counts = service.counts()
             unreadable = service.unreadable()
+            stored_chars = service.stored_chars()
         except IndexFailure as exc:
             click.echo(f"index: {service.db_path} (cannot be read: {exc})")
             counts, unreadable = None, []
         if counts is not None:
-            click.echo(f"index: {service.db_path} ({size / 1e6:.1f} MB)")
+            _echo_sizes(service.db_path)
+            click.echo(f"stored of each user input: its first {stored_chars} code points, and its length")
             click.echo(f"last reconcile: {_when(counts['last_reconcile_ns'])}")
             click.echo(f"sessions: {counts['sessions']} readable, {counts['unreadable']} unreadable now")
             click.echo(f"user inputs: {counts['inputs']}")
@@ -514,6 +527,19 @@ def status(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: b
             click.echo(f"  ignored {name}: {kind}, not a session")
     finally:
         service.close()
+
+
+def _echo_sizes(db_path: Any) -> None:
+    sizes = {suffix: _size(f"{db_path}{suffix}") for suffix in ("", "-wal", "-shm")}
+    click.echo(f"index: {db_path} ({sum(sizes.values()) / 1e6:.1f} MB on disk with its -wal and -shm)")
+    click.echo(f"index WAL: {sizes['-wal'] / 1e6:.1f} MB")
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:
+        return 0
 
 
 def _echo_modes(db_path: Any) -> None:

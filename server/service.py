@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ccweb_index.indexer.db import resolve_db_path
-from ccweb_index.indexer.errors import IndexBroken, IndexMoved
+from ccweb_index.indexer.db import get_meta, resolve_db_path, settle_wal
+from ccweb_index.indexer.errors import IndexBroken, IndexFailure, IndexMoved
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES
 from ccweb_index.indexer.handle import IndexHandle
 from ccweb_index.indexer.load import PARSE_BYTES_IN_FLIGHT, UnreadableLog
+from ccweb_index.indexer.progress import LoggedProgress
 from ccweb_index.indexer.refresh import Indexer
+from ccweb_index.indexer.stored import STORED_CHARS_KEY
 from ccweb_index.indexer.watch import Watcher
 from ccweb_index.server import queries
 from ccweb_index.server.from_files import FileAnswers
@@ -73,6 +75,7 @@ class Service:
         self.indexer = Indexer(
             self.handle, max_session_bytes=max_session_bytes, unreadable=unreadable, parse_bytes_in_flight=parse_bytes_in_flight
         )
+        self._first_pass = self.indexer.progress = LoggedProgress("first indexing pass", once=True)
         self._supervisor = (
             Supervisor(self.indexer, poll=poll, on_error=functools.partial(self.handle.failed, background=True))
             if watch
@@ -102,6 +105,7 @@ class Service:
                     self.indexer.reconcile()
                 except Exception as exc:
                     self.handle.failed(exc)
+            self.settle()
 
     def start_in_background(self) -> None:
         # Take the lock before returning, so no call can slip in ahead of the first reconcile (a
@@ -126,9 +130,32 @@ class Service:
             self._supervisor.close()
         self.handle.close()
 
+    def settle(self) -> None:
+        """Empty the WAL once a large write is over (`indexer.db.settle_wal`); if it cannot be now,
+        it is left as it is (its size stays bounded by db.WAL_LIMIT_BYTES)."""
+        try:
+            with self.handle.connection() as conn:
+                settled = settle_wal(conn, self.db_path)
+        except IndexFailure as exc:
+            log.debug("the WAL of %s was not checkpointed: %s", self.db_path, exc)
+            return
+        if not settled:
+            log.debug("the WAL of %s is still read by another process; it is cut back at a later write", self.db_path)
+
+    def progress(self) -> dict[str, Any] | None:
+        """How far the first indexing pass has got (indexer.progress.Snapshot.as_dict); None when
+        it is not running (not begun, or over)."""
+        snapshot = self._first_pass.snapshot()
+        return None if snapshot is None else snapshot.as_dict()
+
     def counts(self) -> dict[str, object]:
         with self.handle.connection() as conn:
             return queries.counts(conn)
+
+    def stored_chars(self) -> object:
+        """How many code points of each input the index keeps (indexer.stored), as it records it."""
+        with self.handle.connection() as conn:
+            return get_meta(conn, STORED_CHARS_KEY)
 
     def unreadable(self) -> list[tuple[str, str, bool]]:
         with self.handle.connection() as conn:
