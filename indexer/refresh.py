@@ -55,6 +55,8 @@ class Indexer:
         self.lock = handle.lock
         self.max_session_bytes = max_session_bytes
         self.unreadable = unreadable or UnreadableLog()
+        # Called after each look at files (written or not): the server's waits check the index then.
+        self.on_indexed: Callable[[], None] | None = None
 
     # --- the ways in ------------------------------------------------------------------------
 
@@ -168,6 +170,8 @@ class Indexer:
             if progress is not None:
                 progress(done, len(wanted))
         self._write(conn, pending, gone, stored, stats)
+        if self.on_indexed is not None:
+            self.on_indexed()
         return stats
 
     def _write(

@@ -16,6 +16,7 @@ import click
 
 from ccweb_index.indexer.errors import IndexFailure, IndexInsideSessions, IndexMismatch
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, ignored_entries
+from ccweb_index.server.tools import DEFAULT_MAX_WAITS
 
 if TYPE_CHECKING:
     from ccweb_index.server.service import Service
@@ -190,6 +191,14 @@ def watch(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bo
     "Required to listen on a non-loopback address.",
 )
 @click.option(
+    "--max-waits",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_WAITS,
+    show_default=True,
+    help="How many ccweb_wait_for_conversations calls may be open at once; beyond it a wait is refused "
+    "(too_many_waits).",
+)
+@click.option(
     "--allowed-host",
     multiple=True,
     help="HTTP only: another name clients may reach this server by (Host/Origin header), e.g. "
@@ -209,11 +218,14 @@ def serve(
     host: str | None,
     port: int | None,
     token_file: str | None,
+    max_waits: int,
     allowed_host: tuple[str, ...],
 ) -> None:
     """Serve the MCP tools over stdio (default) or as one shared Streamable HTTP server."""
     if transport == "http":
-        _serve_http(ctx, sessions_dir, db, max_session_bytes, verbose, no_watch, poll, host, port, token_file, allowed_host)
+        _serve_http(
+            ctx, sessions_dir, db, max_session_bytes, verbose, no_watch, poll, host, port, token_file, max_waits, allowed_host
+        )
         return
     http_only = [name for name, value in (("--host", host), ("--port", port), ("--token-file", token_file),
                                           ("--allowed-host", allowed_host or None)) if value is not None]  # fmt: skip
@@ -237,7 +249,7 @@ def serve(
     service = LazyService(open_service)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        anyio.run(serve_stdio, service, source_session)
+        anyio.run(serve_stdio, service, source_session, max_waits)
     except KeyboardInterrupt:
         pass
     finally:
@@ -257,6 +269,7 @@ def _serve_http(
     host: str | None,
     port: int | None,
     token_file: str | None,
+    max_waits: int,
     allowed_host: tuple[str, ...],
 ) -> None:
     from ccweb_index.server.http import (
@@ -280,6 +293,7 @@ def _serve_http(
         allowed_hosts=allowed_host,
         watch=not no_watch,
         verbose=verbose,
+        max_waits=max_waits,
     )
     try:
         options.token = load_token(token_file)

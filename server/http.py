@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ccweb_index.server.tools import DEFAULT_MAX_WAITS
+
 log = logging.getLogger("ccweb_index")
 
 SOURCE_HEADER = "X-Ccweb-Source-Session"
@@ -321,6 +323,7 @@ def build_app(
     state: _State | None = None,
     watch: bool = True,
     source_of: Callable[[Any], str | None] = source_from_request,
+    waits: Any = None,
 ) -> Any:
     """The ASGI app: `/mcp` (the SDK's Streamable HTTP transport) and `/healthz`, behind the guard."""
     import anyio
@@ -331,6 +334,7 @@ def build_app(
     from starlette.routing import Route
 
     from ccweb_index.server.app import build_server
+    from ccweb_index.server.waits import WaitRoom
 
     state = state or _State()
     host_check = TransportSecurityMiddleware(security)
@@ -342,7 +346,7 @@ def build_app(
         doc = await anyio.to_thread.run_sync(health, service, state, watch)
         return JSONResponse(doc, status_code=200 if doc["ok"] else 503, headers={"Cache-Control": "no-store"})
 
-    mcp_server = build_server(service, source_of)
+    mcp_server = build_server(service, source_of, waits or WaitRoom(DEFAULT_MAX_WAITS))
     endpoint = _StatelessMcp(mcp_server, security)
     app = Starlette(
         routes=[Route(MCP_PATH, endpoint), Route(HEALTH_PATH, healthz, methods=["GET"])],
@@ -433,6 +437,7 @@ class HttpOptions:
     allowed_hosts: Sequence[str] = ()
     watch: bool = True
     verbose: bool = False
+    max_waits: int = DEFAULT_MAX_WAITS
 
 
 def check_bind(host: str, token: str | None) -> None:
@@ -498,11 +503,16 @@ def _url(sock: socket.socket) -> str:
     return f"http://{_host_name(address)}:{port}{MCP_PATH}"
 
 
-def _make_uvicorn_server(app: Any, verbose: bool):  # type: ignore[no-untyped-def]
+def _make_uvicorn_server(app: Any, verbose: bool, on_exit: Callable[[], None]):  # type: ignore[no-untyped-def]
     import uvicorn
 
     class _Server(uvicorn.Server):
-        """uvicorn, with SIGTERM/SIGINT ending `serve()` normally (uvicorn re-raises them after)."""
+        """uvicorn, with SIGTERM/SIGINT ending `serve()` normally (uvicorn re-raises them after), and
+        `on_exit` told first (open waits answer at once rather than hold the drain)."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            on_exit()
+            super().handle_exit(sig, frame)
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
@@ -550,8 +560,11 @@ def serve_http(service: Any, options: HttpOptions, sockets: list[socket.socket] 
         finally:
             state.ready.set()
 
-    app = build_app(service, token=options.token, security=security, state=state, watch=options.watch)
-    server = _make_uvicorn_server(app, options.verbose)
+    from ccweb_index.server.waits import WaitRoom
+
+    waits = WaitRoom(options.max_waits)
+    app = build_app(service, token=options.token, security=security, state=state, watch=options.watch, waits=waits)
+    server = _make_uvicorn_server(app, options.verbose, on_exit=waits.stop)
     # A signal before uvicorn takes over (it installs its own handlers in serve()) still stops cleanly.
     previous = {
         sig: signal.signal(sig, lambda *_: setattr(server, "should_exit", True)) for sig in (signal.SIGINT, signal.SIGTERM)

@@ -42,6 +42,22 @@ TOOL1_MAX_CHARS = (1, 1000, 1000)
 TOOL2_LIMIT = (1, 100, 20)
 
 
+class _AnyChangeToken:
+    """A `changeToken` (issue 13): opaque to clients, so the contract fixes only that it is a
+    non-empty string. It compares equal to any such string (tests/test_waits.py checks what it means)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and other != ""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "<any changeToken>"
+
+
+CHANGE_TOKEN = _AnyChangeToken()
+
+
 @dataclass(frozen=True)
 class Unreadable:
     reason: str
@@ -475,4 +491,5 @@ def list_conversations(sessions_dir, args: dict, source: str | None,
         "returnedCount": len(conversations),
         "hasMore": len(rows) > limit,
         "conversations": conversations,
+        "changeToken": CHANGE_TOKEN,
     }, False

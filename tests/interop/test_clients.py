@@ -30,6 +30,7 @@ from test_contract import same_answer
 
 INPUTS = "ccweb_list_user_inputs"
 CONVERSATIONS = "ccweb_list_conversations"
+WAIT = "ccweb_wait_for_conversations"
 SOURCE = "orch"
 # (client, protocol version spoken without a handshake, or None for the `initialize` handshake).
 # "2026-07-28" is the sessionless revision Claude Code speaks; the SDK's `Client` speaks it too.
@@ -84,7 +85,7 @@ def check(client: Client, corpus: Corpus, tool: str, arguments: dict[str, Any], 
 
 def check_tools(client: Client) -> None:
     tools = {tool["name"]: tool for tool in client.ok({"op": "list"})["tools"]}
-    assert set(tools) == {INPUTS, CONVERSATIONS}
+    assert set(tools) == {INPUTS, CONVERSATIONS, WAIT}
     for tool in tools.values():
         assert tool["annotations"]["readOnlyHint"] is True
         assert tool["outputSchema"]["type"] == "object"

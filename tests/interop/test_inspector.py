@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from drive import HERE, INSTALL_HINT, node
-from test_clients import CONVERSATIONS, INPUTS, SOURCE, write_corpus
+from test_clients import CONVERSATIONS, INPUTS, SOURCE, WAIT, write_corpus
 from test_http import SOURCE_HEADER, TOKEN, HttpServer, http_server
 
 import reference
@@ -82,7 +82,7 @@ def test_strict_schema_check(corpus: Corpus, server: HttpServer, tmp_path: Path)
         run = inspector("--method", "tools/list", "--strict", *headers, target=target)
         # Its findings read `Warning: tool "..."` / `Error: tool "..."` (the server's own log shares stderr).
         assert run.returncode == 0 and not re.search(r"(Warning|Error): tool", run.stderr), run.stderr
-        assert {tool["name"] for tool in json.loads(run.stdout)["tools"]} == {INPUTS, CONVERSATIONS}
+        assert {tool["name"] for tool in json.loads(run.stdout)["tools"]} == {INPUTS, CONVERSATIONS, WAIT}
 
 
 @pytest.mark.parametrize(("tool", "pairs", "arguments"), CASES, ids=[f"{c[0]}-{'-'.join(c[1])}" for c in CASES])
