@@ -6,10 +6,9 @@ task on the event loop, holding no thread while it waits, and reports progress o
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import os
 import signal
-import sys
 import threading
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -185,7 +184,7 @@ async def serve_stdio(service: Service | LazyService, source: str | None, max_wa
     async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as tasks:
         if isinstance(service, LazyService):
             tasks.start_soon(_stop_unless_opened, service, tasks.cancel_scope)
-        tasks.start_soon(_exit_on_sigterm, waits)
+        tasks.start_soon(_exit_on_sigterm, waits, service)
         await server.run(read_stream, write_stream, server.create_initialization_options())
         tasks.cancel_scope.cancel()
 
@@ -199,15 +198,18 @@ async def _stop_unless_opened(service: LazyService, scope: anyio.CancelScope) ->
 _STDIO_DRAIN_SECONDS = 0.2
 
 
-async def _exit_on_sigterm(waits: WaitRoom) -> None:
+async def _exit_on_sigterm(waits: WaitRoom, service: Service | LazyService) -> None:
+    """Answer the open waits, close the index, and exit 0. The exit is `os._exit`: the SDK's stdin
+    reader sits in a worker thread that no cancellation reaches, so while the client keeps stdin
+    open, ending the event loop would wait for it for ever (as a plain SIGTERM used to)."""
     with anyio.open_signal_receiver(signal.SIGTERM) as signals:
         async for _ in signals:
             break
-    answering = len(waits) > 0
+    answering = waits.open_count > 0
     waits.stop()
     await waits.emptied()
     if answering:
         await anyio.sleep(_STDIO_DRAIN_SECONDS)
-    # Exit as SIGTERM always ended this server: SystemExit from the loop itself, not from a task
-    # (the SDK's stdin reader sits in a thread no cancellation reaches).
-    asyncio.get_running_loop().call_soon(sys.exit, 0)
+    await anyio.to_thread.run_sync(service.close)
+    logging.shutdown()
+    os._exit(0)

@@ -346,7 +346,7 @@ def build_app(
         doc = await anyio.to_thread.run_sync(health, service, state, watch)
         return JSONResponse(doc, status_code=200 if doc["ok"] else 503, headers={"Cache-Control": "no-store"})
 
-    mcp_server = build_server(service, source_of, waits or WaitRoom(DEFAULT_MAX_WAITS))
+    mcp_server = build_server(service, source_of, WaitRoom(DEFAULT_MAX_WAITS) if waits is None else waits)
     endpoint = _StatelessMcp(mcp_server, security)
     app = Starlette(
         routes=[Route(MCP_PATH, endpoint), Route(HEALTH_PATH, healthz, methods=["GET"])],

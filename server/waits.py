@@ -101,7 +101,8 @@ class WaitRoom:
             self._emptied = asyncio.Event()
             await self._emptied.wait()
 
-    def __len__(self) -> int:
+    @property
+    def open_count(self) -> int:
         return len(self._open)
 
 
