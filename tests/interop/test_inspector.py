@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from drive import HERE, INSTALL_HINT, node
-from test_clients import CONVERSATIONS, INPUTS, SOURCE, WAIT, write_corpus
+from test_clients import CONVERSATIONS, INPUTS, ORACLES, SOURCE, WAIT, write_corpus
 from test_http import SOURCE_HEADER, TOKEN, HttpServer, http_server
 
 import reference
@@ -34,6 +34,8 @@ CASES: list[tuple[str, list[str], dict[str, Any]]] = [
     (INPUTS, ["conversationId=not-an-id!"], {"conversationId": "not-an-id!"}),
     (INPUTS, ["conversationId=broken"], {"conversationId": "broken"}),
     (CONVERSATIONS, ["scope=children"], {"scope": "children"}),
+    (WAIT, ["scope=children", "timeoutSeconds=0"], {"scope": "children", "timeoutSeconds": 0}),
+    (WAIT, ["since=\"not a token!\""], {"since": "not a token!"}),
 ]
 
 
@@ -47,8 +49,7 @@ def inspector(*args: str, target: list[str]) -> subprocess.CompletedProcess[str]
 
 
 def check_call(run: subprocess.CompletedProcess[str], corpus: Corpus, tool: str, arguments: dict[str, Any], source: str | None) -> None:
-    oracle = reference.list_user_inputs if tool == INPUTS else reference.list_conversations
-    want, want_error = oracle(str(corpus.path), arguments, source)
+    want, want_error = ORACLES[tool](str(corpus.path), arguments, source)
     assert run.returncode == (TOOL_IS_ERROR if want_error else 0), (tool, arguments, run.stdout[-2000:], run.stderr[-2000:])
     result = json.loads(run.stdout)
     payload = json.loads(result["content"][0]["text"])
