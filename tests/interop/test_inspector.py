@@ -20,7 +20,6 @@ from drive import HERE, INSTALL_HINT, node
 from test_clients import CONVERSATIONS, INPUTS, ORACLES, SOURCE, WAIT, write_corpus
 from test_http import SOURCE_HEADER, TOKEN, HttpServer, http_server
 
-import reference
 from conftest import CCWEB_INDEX, Corpus
 
 INSPECTOR = HERE / "node_modules" / "@modelcontextprotocol" / "inspector" / "clients" / "launcher" / "build" / "index.js"
