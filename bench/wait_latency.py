@@ -39,6 +39,21 @@ WAIT = "ccweb_wait_for_conversations"
 SETTLE_SECONDS = 0.1
 
 
+async def _wait_for(client: ClientSession, since: str, session_id: str, answers: list[tuple[float, dict[str, Any]]]) -> None:
+    """Wait until an answer names `session_id`. An earlier write may still report a last state of its
+    file (an in-place write is two changes when the watcher reads between the write and the
+    truncate): then wait again."""
+    while True:
+        result = await client.call_tool(WAIT, {"since": since, "limit": 1, "timeoutSeconds": 60})
+        answers.append((time.perf_counter(), result.structured_content or {}))
+        answer = answers[-1][1]
+        if {"conversationId": session_id, "deleted": False} in answer.get("changed", []):
+            return
+        if answer.get("timedOut", True):
+            raise RuntimeError(f"the wait for {session_id} timed out: {answer}")
+        since = answer["changeToken"]
+
+
 async def _measure(url: str, token: str, sessions: Path, writes: int, seed: int, originals: dict[Path, bytes]) -> dict[str, Any]:
     rng = random.Random(seed)
     ids = sorted(p.name[: -len(".json")] for p in sessions.glob("*.json"))
@@ -60,20 +75,8 @@ async def _measure(url: str, token: str, sessions: Path, writes: int, seed: int,
             doc["updatedAt"] = f"2100-01-01T00:00:{n % 60:02d}.{n // 60:03d}Z"
             answers: list[tuple[float, dict[str, Any]]] = []
 
-            async def wait_for_it(since: str) -> None:
-                # An earlier write may still report a last state of its file (an in-place write is
-                # two changes when the watcher reads between the write and the truncate): wait again.
-                while True:
-                    result = await client.call_tool(WAIT, {"since": since, "limit": 1, "timeoutSeconds": 60})
-                    answers.append((time.perf_counter(), result.structured_content or {}))
-                    if {"conversationId": session_id, "deleted": False} in answers[-1][1].get("changed", []):
-                        return
-                    if answers[-1][1].get("timedOut", True):
-                        raise RuntimeError(f"write {n}: the wait timed out: {answers[-1][1]}")
-                    since = answers[-1][1]["changeToken"]
-
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(wait_for_it, change_token)
+                tasks.start_soon(_wait_for, client, change_token, session_id, answers)
                 await anyio.sleep(SETTLE_SECONDS)
                 with open(path, "r+b") as f:  # in place: same inode, as cc-web rewrites a session
                     f.write(json.dumps(doc, ensure_ascii=False).encode())
