@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ccweb_index.indexer import store
@@ -63,6 +63,8 @@ class Indexer:
         self.unreadable = unreadable or UnreadableLog()
         self.progress: Progress = NO_PROGRESS  # told about every full pass (reconcile) not given its own
         self._shortage = FaultLog()  # reads failing for the environment's reasons, logged once
+        # Called after each look at files (written or not): the server's waits check the index then.
+        self.on_indexed: Callable[[], None] | None = None
 
     # --- the ways in ------------------------------------------------------------------------
 
@@ -153,6 +155,8 @@ class Indexer:
             )
         elif looked:
             self._shortage.end("session files can be read again")
+        if self.on_indexed is not None:
+            self.on_indexed()
         return stats
 
     def _examine(self, ids: Iterable[str], stored: dict[str, store.Stored]) -> tuple[list[str], list[tuple[str, int]]]:

@@ -7,15 +7,18 @@ from dataclasses import astuple, dataclass
 
 from ccweb_index.indexer.files import Signature
 from ccweb_index.indexer.load import Loaded
-from ccweb_index.indexer.row import COLUMNS, PLACEHOLDERS
+from ccweb_index.indexer.row import COLUMNS, PLACEHOLDERS, SessionRow
 from ccweb_index.indexer.sessionfile import Checkpoint
 
 # `id IN (...)` lists are cut to this many: well below SQLite's limit on a statement's parameters.
 IDS_PER_STATEMENT = 500
 # A parsed file's row replaces whatever the index held; its error (if it was unreadable before) is gone.
+# An upsert, not INSERT OR REPLACE: the change triggers (migration m006_changes) see it as the update it is.
+_REPLACED = [*SessionRow._fields[1:], "ino", "size", "mtime_ns", "ctime_ns", "racy", "error", "good"]
 _REPLACE_PARSED = (
-    f"INSERT OR REPLACE INTO sessions ({COLUMNS}, ino, size, mtime_ns, ctime_ns, racy, error, good) "
-    f"VALUES ({PLACEHOLDERS}, ?, ?, ?, ?, ?, NULL, 1)"
+    f"INSERT INTO sessions ({COLUMNS}, ino, size, mtime_ns, ctime_ns, racy, error, good) "
+    f"VALUES ({PLACEHOLDERS}, ?, ?, ?, ?, ?, NULL, 1) "
+    f"ON CONFLICT (id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in _REPLACED)}"
 )
 
 

@@ -110,3 +110,68 @@ def m005_checkpoints(db: Database) -> None:
         ) WITHOUT ROWID
         """
     )
+
+
+# The columns a listed row shows, and the file state it was read from: a row rewritten with all of
+# these equal (a racy entry read again, a late commit of the same read) is no change.
+_LISTED = (
+    "ino", "size", "mtime_ns", "ctime_ns", "title", "agent", "agent_key", "status", "created_at_ms",
+    "updated_at_ms", "created_from_kind", "created_from_source", "user_input_count",
+)  # fmt: skip
+# What a wait's selection looks at, recorded before and after each change (server.queries.Selectable).
+_SELECTION = ("created_from_kind", "created_from_source", "agent_key", "status")
+# Changes kept for `since` tokens; an older token answers "everything changed" (docs/decisions.md).
+CHANGE_LOG_ROWS = 10_000
+
+
+@migrations()
+def m006_changes(db: Database) -> None:
+    # The change sequence behind `changeToken` (ccweb_wait_for_conversations): one row per change to
+    # a listed session (created, rewritten, deleted), numbered by AUTOINCREMENT so a number is never
+    # reused, written by triggers in the very transaction that changes the row, whichever process
+    # writes. A deleted session leaves its row here as its tombstone. `index_id` tells one index
+    # from another (a rebuilt one is another): a token is only meaningful for the index that made it.
+    before = ", ".join(f"before_{c}" for c in _SELECTION)
+    after = ", ".join(f"after_{c}" for c in _SELECTION)
+    db.execute(
+        f"""
+        CREATE TABLE changes (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            session_id TEXT NOT NULL,
+            before_listed INTEGER NOT NULL, {before},
+            after_listed INTEGER NOT NULL, {after}
+        )
+        """
+    )
+    differs = " OR ".join(f"OLD.{c} IS NOT NEW.{c}" for c in _LISTED)
+    new_facts = ", ".join(f"NEW.{c}" for c in _SELECTION)
+    old_facts = ", ".join(f"OLD.{c}" for c in _SELECTION)
+    nulls = ", ".join("NULL" for _ in _SELECTION)
+
+    def logged(name: str, event: str, when: str, values: str) -> None:
+        db.execute(
+            f"CREATE TRIGGER {name} AFTER {event} ON sessions WHEN {when} BEGIN "
+            f"INSERT INTO changes (session_id, before_listed, {before}, after_listed, {after}) VALUES ({values}); END"
+        )
+
+    # Rows are written by INSERT ... ON CONFLICT DO UPDATE (indexer.store), never INSERT OR REPLACE,
+    # whose delete fires DELETE triggers or not depending on `recursive_triggers`.
+    logged("sessions_created", "INSERT", "NEW.good = 1", f"NEW.id, 0, {nulls}, 1, {new_facts}")
+    # A readable state replacing another that differs, or an unreadable one (a rewrite caught mid-write,
+    # now complete). Recording an unreadable state keeps the last good version listed: no change.
+    logged(
+        "sessions_rewritten",
+        "UPDATE",
+        f"NEW.good = 1 AND NEW.error IS NULL AND (OLD.good = 0 OR OLD.error IS NOT NULL OR {differs})",
+        f"NEW.id, OLD.good, {old_facts}, 1, {new_facts}",
+    )
+    logged("sessions_deleted", "DELETE", "OLD.good = 1", f"OLD.id, 1, {old_facts}, 0, {nulls}")
+    db.execute(
+        f"""
+        CREATE TRIGGER changes_bounded AFTER INSERT ON changes
+        BEGIN
+            DELETE FROM changes WHERE seq <= NEW.seq - {CHANGE_LOG_ROWS};
+        END
+        """
+    )
+    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('index_id', lower(hex(randomblob(8))))")

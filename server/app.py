@@ -1,4 +1,8 @@
-"""The MCP server: the official SDK's low-level `Server`, wired to the service's two tools."""
+"""The MCP server: the official SDK's low-level `Server`, wired to the service's tools.
+
+The two list tools run in a worker thread (or inline for stdio); the wait (server.waits) runs as a
+task on the event loop, holding no thread while it waits, and reports progress on its request.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,8 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
 from ccweb_index.server.stop import calls_in_flight, exit_on_sigterm
-from ccweb_index.server.tools import TOOLS
+from ccweb_index.server.tools import TOOLS, WAIT_FOR_CONVERSATIONS
+from ccweb_index.server.waits import WaitRoom
 
 if TYPE_CHECKING:  # imported when a call needs it: the index is opened beside the server (LazyService)
     from ccweb_index.server.service import Service, ToolResult
@@ -51,14 +56,40 @@ def guarded_call(service: Service | LazyService, name: str, arguments: Any, sour
         with calls_in_flight:
             return service.call(name, arguments, source)
     except Exception:
-        from ccweb_index.server.service import ToolResult
+        return _internal_error(name)
 
-        log.exception("tool call %r failed unexpectedly", name[:80] if isinstance(name, str) else name)
-        return ToolResult(
-            {"error": {"code": "internal_error", "message": "The server failed to answer this call (the reason "
-                       "is in its log). Try again; if it keeps failing, report it."}},
-            True,
-        )
+
+async def guarded_wait(
+    service: Service | LazyService, room: WaitRoom, arguments: Any, source: str | None, ctx: ServerRequestContext[Any]
+) -> ToolResult:
+    """The wait (server.waits) on this loop; like `guarded_call`, a failure it did not foresee is a tool error."""
+    from ccweb_index.server.service import ToolResult
+    from ccweb_index.server.waits import wait_for_conversations
+
+    async def report(waited: float, timeout: float) -> None:
+        # A no-op unless the request carries a progress token.
+        await ctx.session.report_progress(round(waited, 1), timeout, f"waited {waited:.0f} s of {timeout:g} s; nothing changed yet")
+
+    try:
+        if isinstance(service, LazyService):
+            if not service.opened and not await anyio.to_thread.run_sync(service.wait, abandon_on_cancel=True):
+                raise RuntimeError(f"the service could not be opened: {service.error}")
+            service = service.service
+        arguments = arguments if isinstance(arguments, dict) else {}
+        return ToolResult(*await wait_for_conversations(service, room, arguments, source, report))
+    except Exception:
+        return _internal_error(WAIT_FOR_CONVERSATIONS)
+
+
+def _internal_error(name: object) -> ToolResult:
+    from ccweb_index.server.service import ToolResult
+
+    log.exception("tool call %r failed unexpectedly", name[:80] if isinstance(name, str) else name)
+    return ToolResult(
+        {"error": {"code": "internal_error", "message": "The server failed to answer this call (the reason "
+                   "is in its log). Try again; if it keeps failing, report it."}},
+        True,
+    )
 
 
 class LazyService:
@@ -90,11 +121,16 @@ class LazyService:
         self._opened.wait()
         return self._service is not None
 
-    def call(self, name: str, arguments: Any, source: str | None) -> ToolResult:
+    @property
+    def service(self) -> Service:
+        """The opened service (call once `wait()` said True)."""
         if not self.wait():
             raise RuntimeError(f"the service could not be opened: {self.error}")
         assert self._service is not None
-        return self._service.call(name, arguments, source)
+        return self._service
+
+    def call(self, name: str, arguments: Any, source: str | None) -> ToolResult:
+        return self.service.call(name, arguments, source)
 
     def close(self, *, wait: bool = True) -> None:
         """`wait=False` (SIGTERM): do not wait for an opening still under way (a first index of a
@@ -103,8 +139,11 @@ class LazyService:
             self._service.close()
 
 
-def build_server(service: Service | LazyService, source_of: SourceOf, *, in_thread: bool = True) -> Server[Any]:
+def build_server(
+    service: Service | LazyService, source_of: SourceOf, waits: WaitRoom, *, in_thread: bool = True
+) -> Server[Any]:
     """`source_of` tells, per request, which conversation the caller runs in (never the LLM's choice).
+    `waits`: the server's open waits (their cap; ended at shutdown).
 
     `in_thread`: run each call in a worker thread, so that concurrent clients (HTTP) are served while
     one call waits on SQLite or a file. A stdio server has one client and one call at a time, and
@@ -116,6 +155,8 @@ def build_server(service: Service | LazyService, source_of: SourceOf, *, in_thre
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
         source = source_of(ctx)
+        if params.name == WAIT_FOR_CONVERSATIONS:
+            return to_call_result(await guarded_wait(service, waits, params.arguments, source, ctx))
         opened = not isinstance(service, LazyService) or service.opened
         if in_thread or not opened:  # the wait for the index must not block the loop
             result = await anyio.to_thread.run_sync(guarded_call, service, params.name, params.arguments, source)
@@ -129,19 +170,27 @@ def build_server(service: Service | LazyService, source_of: SourceOf, *, in_thre
         instructions=(
             "Read-only access to cc-web conversations: ccweb_list_user_inputs re-reads what the user "
             "asked for; ccweb_list_conversations lists conversations, or with scope \"children\" the ones "
-            "this conversation created through MCP."
+            "this conversation created through MCP; ccweb_wait_for_conversations waits until they change "
+            "(list once, then wait with since set to the last changeToken)."
         ),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
 
 
-async def serve_stdio(service: Service | LazyService, source: str | None) -> None:
-    """Serve one client over stdin/stdout until it closes them, or until a `LazyService` fails to open."""
-    server = build_server(service, lambda ctx: source, in_thread=False)
+async def serve_stdio(service: Service | LazyService, source: str | None, max_waits: int) -> None:
+    """Serve one client over stdin/stdout until it closes them, or until a `LazyService` fails to open.
+    SIGTERM answers the waits in flight (`timedOut`) before the process exits."""
+    waits = WaitRoom(max_waits)
+    server = build_server(service, lambda ctx: source, waits, in_thread=False)
     async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as tasks:
         close = functools.partial(service.close, wait=False) if isinstance(service, LazyService) else service.close
-        tasks.start_soon(exit_on_sigterm, write_stream, close)  # server.stop: why it exits so
+
+        async def end_waits() -> None:
+            waits.stop()  # each open wait answers `timedOut`
+            await waits.emptied()
+
+        tasks.start_soon(exit_on_sigterm, write_stream, close, end_waits)  # server.stop: why it exits so
         if isinstance(service, LazyService):
             tasks.start_soon(_stop_unless_opened, service, tasks.cancel_scope)
         await server.run(read_stream, write_stream, server.create_initialization_options())

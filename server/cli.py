@@ -20,6 +20,7 @@ from ccweb_index.indexer.errors import IndexFailure, IndexInsideSessions, IndexM
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, ignored_entries
 from ccweb_index.indexer.load import PARSE_BYTES_IN_FLIGHT
 from ccweb_index.indexer.progress import PROGRESS_LOG_SECONDS, LoggedProgress, Progress
+from ccweb_index.server.tools import DEFAULT_MAX_WAITS
 
 if TYPE_CHECKING:
     from ccweb_index.server.service import Service
@@ -279,6 +280,14 @@ def _limit_options(func: Any) -> Any:
     "uid) instead of a TCP port. No token is needed unless one is configured.",
 )
 @click.option(
+    "--max-waits",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_WAITS,
+    show_default=True,
+    help="How many ccweb_wait_for_conversations calls may be open at once; beyond it a wait is refused "
+    "(too_many_waits).",
+)
+@click.option(
     "--allowed-host",
     multiple=True,
     help="HTTP only: another name clients may reach this server by (Host/Origin header), e.g. "
@@ -300,13 +309,14 @@ def serve(
     port: int | None,
     token_file: str | None,
     unix_socket: str | None,
+    max_waits: int,
     allowed_host: tuple[str, ...],
     limits: dict[str, Any],
 ) -> None:
     """Serve the MCP tools over stdio (default) or as one shared Streamable HTTP server."""
     if transport == "http":
         listen = _Listen(host, port, unix_socket, token_file, allowed_host, limits)
-        _serve_http(ctx, sessions_dir, db, max_session_bytes, verbose, no_watch, poll, listen)
+        _serve_http(ctx, sessions_dir, db, max_session_bytes, verbose, no_watch, poll, listen, max_waits)
         return
     http_only = [name for name, value in (("--host", host), ("--port", port), ("--token-file", token_file),
                                           ("--unix-socket", unix_socket), ("--allowed-host", allowed_host or None))
@@ -336,7 +346,7 @@ def serve(
     service = LazyService(open_service)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        anyio.run(serve_stdio, service, source_session)
+        anyio.run(serve_stdio, service, source_session, max_waits)
     except KeyboardInterrupt:
         pass
     except BaseException:
@@ -371,6 +381,7 @@ def _serve_http(
     no_watch: bool,
     poll: bool,
     listen: _Listen,
+    max_waits: int,
 ) -> None:
     from ccweb_index.server.http import (
         HttpOptions,
@@ -398,6 +409,7 @@ def _serve_http(
         verbose=verbose,
         unix_socket=listen.unix_socket,
         limits=Limits(**listen.limits),
+        max_waits=max_waits,
     )
     try:
         options.token = _http_token(listen.token_file, unix_socket=listen.unix_socket is not None)

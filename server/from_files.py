@@ -24,14 +24,18 @@ from ccweb_index.indexer.files import list_sessions, lstat_session
 from ccweb_index.indexer.load import PARSE_BYTES_IN_FLIGHT, UnreadableLog, Wanted, load_many, load_session
 from ccweb_index.indexer.row import SessionRow
 from ccweb_index.server import queries
+from ccweb_index.server.from_index import WaitCheck, WaitState
 from ccweb_index.server.tools import (
+    UNKNOWN_POSITION,
     ConversationsRequest,
     InputsRequest,
     StoredInput,
     conversations_answer,
+    encode_change_token,
     not_found,
     unreadable,
     user_inputs_answer,
+    wait_answer,
 )
 
 T = TypeVar("T")
@@ -74,11 +78,24 @@ class FileAnswers:
         return user_inputs_answer(conversation_id, request.limit, request.max_chars, total, newest)
 
     def conversations(self, request: ConversationsRequest, use_index: bool) -> dict[str, Any]:
+        # The index's position, read before the files: what the index has not caught up with yet is
+        # reported by the next wait (again), never lost. No index to read: the next wait reports all.
+        position = (self._read_index(queries.change_position) if use_index else None) or UNKNOWN_POSITION
         rows, bad = self._pass.result()
         if bad and use_index:
             rows = rows + (self._read_index(lambda conn: queries.good_rows(conn, bad)) or [])
         matching = sorted((row for row in rows if queries.matches(row, request)), key=queries.answer_order)
-        return conversations_answer(request, matching[: request.limit + 1])
+        return conversations_answer(request, matching[: request.limit + 1], position)
+
+    def wait_check(self, check: WaitCheck, use_index: bool) -> WaitState:
+        """Without the index nothing tells what changed: the wait polls until the index is back,
+        and at its end answers the list with its `since` kept as the token, so the next wait looks
+        at the same changes again."""
+        if not check.final:
+            return WaitState(None, None, False)
+        listed = self.conversations(check.request.selection, use_index)
+        listed["changeToken"] = encode_change_token(check.since or UNKNOWN_POSITION)
+        return WaitState(None, wait_answer(listed, [], timed_out=True, reset=False), False)
 
     def _read_directory(self) -> tuple[list[SessionRow], list[str]]:
         """Every session's row, and the ids of those unreadable now."""

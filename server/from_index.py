@@ -17,6 +17,7 @@ failures come out as the types of indexer.errors, for the service to answer from
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ccweb_index.indexer.files import dir_identity
@@ -24,17 +25,37 @@ from ccweb_index.indexer.refresh import Indexer
 from ccweb_index.indexer.watch import Watcher
 from ccweb_index.server import queries
 from ccweb_index.server.tools import (
+    ChangePosition,
     ConversationsRequest,
     InputsRequest,
+    WaitRequest,
     conversations_answer,
     not_found,
     unreadable,
     user_inputs_answer,
+    wait_answer,
 )
 
 # How long a call waits in all for locks held by other threads of this process (a large initial
 # build, a commit, the watcher's batch in flight) before answering from the files instead.
 LOCK_WAIT_SECONDS = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class WaitCheck:
+    """One look at the index for a wait (server.waits)."""
+
+    request: WaitRequest
+    since: ChangePosition | None  # the request's, or where the wait began; None: nothing known yet
+    fresh: bool  # first make the index reflect every change before now, as a list call does
+    final: bool  # answer even when nothing changed (time-out, shutdown)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitState:
+    position: ChangePosition | None  # where the change sequence stood; None when it could not be read
+    answer: dict[str, Any] | None  # the wait's answer, when something changed (or the check was final)
+    synced: bool  # a watcher keeps the index current: the wait is woken by changes, it need not poll
 
 
 class IndexAnswers:
@@ -60,13 +81,40 @@ class IndexAnswers:
 
     def conversations(self, request: ConversationsRequest) -> dict[str, Any]:
         with self.handle.deadline(LOCK_WAIT_SECONDS):
-            self.indexer.ready()
-            # Outside the lock: concurrent calls share the cookie's round trip.
-            if not self._synced():
-                self.indexer.reconcile()
+            self._make_fresh()
             with self.handle.connection() as conn:
+                position = queries.change_position(conn)  # before the rows: see change_position
                 rows = queries.conversations(conn, request, limit=request.limit + 1)
-        return conversations_answer(request, rows)
+        return conversations_answer(request, rows, position)
+
+    def wait_check(self, check: WaitCheck, use_index: bool = True) -> WaitState:
+        """What changed for the wait's selection after `since`, and its answer if anything did."""
+        selection = check.request.selection
+        with self.handle.deadline(LOCK_WAIT_SECONDS):
+            synced = self._make_fresh() if check.fresh else True
+            with self.handle.connection() as conn:
+                position = queries.change_position(conn)
+                since = check.since or position
+                foreign = since.index_id != position.index_id or since.seq > position.seq
+                changes = None if foreign else queries.changes_after(conn, since.seq, position.seq)
+                reset = changes is None  # another index, a rebuilt one, or older than the log keeps
+                changed = [] if changes is None else queries.selected_changes(changes, selection)
+                if not (reset or changed or check.final):
+                    return WaitState(position, None, synced)
+                rows = queries.conversations(conn, selection, limit=selection.limit + 1)
+        listed = conversations_answer(selection, rows, position)
+        timed_out = not (reset or changed)
+        return WaitState(position, wait_answer(listed, changed, timed_out=timed_out, reset=reset), synced)
+
+    def _make_fresh(self) -> bool:
+        """Bring the index in line for a conversations answer; whether a watcher did it. Within the
+        caller's deadline."""
+        self.indexer.ready()
+        # Outside the lock: concurrent calls share the cookie's round trip.
+        synced = self._synced()
+        if not synced:
+            self.indexer.reconcile()
+        return synced
 
     def _synced(self) -> bool:
         """Whether a watcher proves every change before now is in the index. It proves nothing about

@@ -60,6 +60,7 @@ from ccweb_index.server.limits import (
     protocol_class,
     raise_nofile,
 )
+from ccweb_index.server.tools import DEFAULT_MAX_WAITS
 
 log = logging.getLogger("ccweb_index")
 
@@ -287,6 +288,7 @@ def build_app(
     state: State | None = None,
     watch: bool = True,
     source_of: Callable[[Any], str | None] = source_from_request,
+    waits: Any = None,
 ) -> Any:
     """The ASGI app: `/mcp` (the SDK's Streamable HTTP transport), `/healthz` and `/metrics`, behind
     the guard. `state.calls`, when set, caps the calls in flight."""
@@ -298,6 +300,7 @@ def build_app(
     from starlette.routing import Route
 
     from ccweb_index.server.app import build_server
+    from ccweb_index.server.waits import WaitRoom
 
     state = state or State()
     host_check = TransportSecurityMiddleware(security)
@@ -322,7 +325,7 @@ def build_app(
 
     calls = state.calls
     counted: Any = service if calls is None else CountedService(service)
-    mcp_server = build_server(counted, source_of)
+    mcp_server = build_server(counted, source_of, WaitRoom(DEFAULT_MAX_WAITS) if waits is None else waits)
     endpoint = _StatelessMcp(mcp_server, security, calls, "bearer" if token is not None else "peer")
     app = Starlette(
         routes=[
@@ -464,6 +467,7 @@ class HttpOptions:
     verbose: bool = False
     unix_socket: str | None = None
     limits: Limits = field(default_factory=Limits)
+    max_waits: int = DEFAULT_MAX_WAITS
 
 
 def check_bind(host: str, token: str | None, unix_socket: str | None = None) -> None:
@@ -585,11 +589,18 @@ def _url(sock: socket.socket) -> str:
     return f"http://{_host_name(address)}:{port}{MCP_PATH}"
 
 
-def _make_uvicorn_server(app: Any, verbose: bool, protocol: type | None = None, limits: Limits | None = None):  # type: ignore[no-untyped-def]
+def _make_uvicorn_server(  # type: ignore[no-untyped-def]
+    app: Any, verbose: bool, on_exit: Callable[[], None], protocol: type | None = None, limits: Limits | None = None
+):
     import uvicorn
 
     class _Server(uvicorn.Server):
-        """uvicorn, with SIGTERM/SIGINT ending `serve()` normally (uvicorn re-raises them after)."""
+        """uvicorn, with SIGTERM/SIGINT ending `serve()` normally (uvicorn re-raises them after), and
+        `on_exit` told first (open waits answer at once rather than hold the drain)."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            on_exit()
+            super().handle_exit(sig, frame)
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
@@ -635,12 +646,15 @@ def serve_http(service: Any, options: HttpOptions, sockets: list[socket.socket] 
         raise StartupError(str(exc)) from None
     if not options.verbose:
         logging.getLogger("mcp").setLevel(logging.WARNING)  # one INFO line per MCP session opened or closed
+    from ccweb_index.server.waits import WaitRoom
+
+    waits = WaitRoom(options.max_waits)
     connections = Connections(limits.max_connections)
     state = State(connections=connections, calls=CallLimiter(limits.max_calls_per_client, limits.max_calls), nofile=nofile)
     app = build_app(service, token=options.token, security=transport_security(options.host, options.allowed_hosts),
-                    state=state, watch=options.watch)  # fmt: skip
+                    state=state, watch=options.watch, waits=waits)  # fmt: skip
     peer = os.getuid() if options.unix_socket else None
-    server = _make_uvicorn_server(app, options.verbose, protocol_class(connections, limits, peer), limits)
+    server = _make_uvicorn_server(app, options.verbose, waits.stop, protocol_class(connections, limits, peer), limits)
     # A signal before uvicorn takes over (it installs its own handlers in serve()) still stops cleanly.
     previous = {
         sig: signal.signal(sig, lambda *_: setattr(server, "should_exit", True)) for sig in (signal.SIGINT, signal.SIGTERM)

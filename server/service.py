@@ -29,12 +29,15 @@ from ccweb_index.indexer.refresh import Indexer
 from ccweb_index.indexer.stored import STORED_CHARS_KEY
 from ccweb_index.indexer.watch import Watcher
 from ccweb_index.server import queries
+from ccweb_index.server.changes import ChangeHub
 from ccweb_index.server.from_files import FileAnswers
-from ccweb_index.server.from_index import IndexAnswers
+from ccweb_index.server.from_index import IndexAnswers, WaitCheck, WaitState
 from ccweb_index.server.supervisor import Supervisor
 from ccweb_index.server.tools import (
+    DEFAULT_MAX_WAITS,
     LIST_CONVERSATIONS,
     LIST_USER_INPUTS,
+    WAIT_FOR_CONVERSATIONS,
     ToolError,
     conversations_request,
     inputs_request,
@@ -76,6 +79,8 @@ class Service:
             self.handle, max_session_bytes=max_session_bytes, unreadable=unreadable, parse_bytes_in_flight=parse_bytes_in_flight
         )
         self._first_pass = self.indexer.progress = LoggedProgress("first indexing pass", once=True)
+        self.changes = ChangeHub(self.db_path)  # wakes waits (server.waits) when the index changes
+        self.indexer.on_indexed = self.changes.poke
         self._supervisor = (
             Supervisor(self.indexer, poll=poll, on_error=functools.partial(self.handle.failed, background=True))
             if watch
@@ -128,6 +133,7 @@ class Service:
             self._closed = True
         if self._supervisor is not None:
             self._supervisor.close()
+        self.changes.close()
         self.handle.close()
 
     def settle(self) -> None:
@@ -172,11 +178,30 @@ class Service:
             elif name == LIST_CONVERSATIONS:
                 conversations = conversations_request(arguments, source)
                 payload = self._answer(conversations, self._from_index.conversations, self._from_files.conversations)
+            elif name == WAIT_FOR_CONVERSATIONS:
+                return self._wait_here(arguments, source)
             else:
                 raise unknown_tool(name)
         except ToolError as exc:
             return ToolResult(exc.payload(), True)
         return ToolResult(payload, False)
+
+    def wait_check(self, check: WaitCheck) -> WaitState:
+        """One look at the index for a wait (server.waits), from the files when the index fails."""
+        state: WaitState = self._answer(check, self._from_index.wait_check, self._from_files.wait_check)
+        return state
+
+    def _wait_here(self, arguments: dict[str, Any], source: str | None) -> ToolResult:
+        """The wait, for a caller without an event loop (`ccweb-index call`); the MCP server runs
+        server.waits on its own loop, where waits share its cap and its shutdown."""
+        import anyio
+
+        from ccweb_index.server.waits import WaitRoom, wait_for_conversations
+
+        async def wait() -> tuple[dict[str, Any], bool]:
+            return await wait_for_conversations(self, WaitRoom(DEFAULT_MAX_WAITS), arguments, source)
+
+        return ToolResult(*anyio.run(wait))
 
     def _answer(self, request: R, from_index: Callable[[R], Any], from_files: Callable[[R, bool], Any]) -> Any:
         """From the index when it works; else, for this call, from the files. A damaged or replaced

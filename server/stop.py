@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -65,11 +65,16 @@ def _written(write_stream: Any) -> bool:
     return bool(stats.tasks_waiting_receive) and not stats.current_buffer_used and not stats.tasks_waiting_send
 
 
-async def exit_on_sigterm(write_stream: Any, close: Callable[[], None]) -> None:
-    """Run beside the stdio server: on SIGTERM, let the answers out, `close`, and exit 0."""
+async def exit_on_sigterm(
+    write_stream: Any, close: Callable[[], None], end_waits: Callable[[], Awaitable[None]] | None = None
+) -> None:
+    """Run beside the stdio server: on SIGTERM, answer the open waits (`end_waits`), let the answers
+    out, `close`, and exit 0."""
     with anyio.open_signal_receiver(signal.SIGTERM) as signals:
         async for _ in signals:
             break
+    if end_waits is not None:
+        await end_waits()
     while not calls_in_flight.idle():  # a call in a worker thread answers first, however long it takes
         await anyio.sleep(_POLL_SECONDS)
     with anyio.move_on_after(STOP_GRACE_SECONDS):

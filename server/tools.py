@@ -1,4 +1,4 @@
-"""The two tools' contracts: names, schemas, descriptions, requests parsed leniently, answer shapes.
+"""The tools' contracts: names, schemas, descriptions, requests parsed leniently, answer shapes.
 
 Pure functions only: no files, no database. `server.service` parses each request here, and the
 answers (`server.from_index`, `server.from_files`) are shaped here from what they found.
@@ -6,6 +6,8 @@ answers (`server.from_index`, `server.from_files`) are shaped here from what the
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +18,16 @@ from ccweb_index.indexer.stored import STORED_INPUT_CHARS
 
 LIST_USER_INPUTS = "ccweb_list_user_inputs"
 LIST_CONVERSATIONS = "ccweb_list_conversations"
+WAIT_FOR_CONVERSATIONS = "ccweb_wait_for_conversations"
 
 INPUTS_LIMIT = (1, 50, 15)  # minimum, maximum, default
 # The index keeps no more of an input than the largest budget (indexer.stored); the default is all of it.
 INPUTS_MAX_CHARS = (1, STORED_INPUT_CHARS, STORED_INPUT_CHARS)
 CONVERSATIONS_LIMIT = (1, 100, 20)
+# Seconds. The default fits Codex's default tool time-out of 60 s (README: raising a client's).
+WAIT_TIMEOUT = (0, 300, 30)
+# Waits open at once in one server (`serve --max-waits`); beyond it a wait is refused, not queued.
+DEFAULT_MAX_WAITS = 256
 
 
 class ToolError(Exception):
@@ -105,7 +112,16 @@ def unreadable(conversation_id: str, reason: str) -> ToolError:
 def unknown_tool(name: object) -> ToolError:
     shown = repr(name) if not isinstance(name, str) or len(name) <= 80 else f"{name[:80]!r}... ({len(name)} characters)"
     return ToolError(
-        "unknown_tool", f"There is no tool {shown}; the tools are {LIST_USER_INPUTS} and {LIST_CONVERSATIONS}."
+        "unknown_tool",
+        f"There is no tool {shown}; the tools are {LIST_USER_INPUTS}, {LIST_CONVERSATIONS} and {WAIT_FOR_CONVERSATIONS}.",
+    )
+
+
+def too_many_waits(cap: int) -> ToolError:
+    return ToolError(
+        "too_many_waits",
+        f"This server already has {cap} waits open, its cap (serve --max-waits). Try again in a while, or "
+        "call ccweb_list_conversations instead.",
     )
 
 
@@ -137,6 +153,25 @@ class ConversationsRequest:
     status_key: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class ChangePosition:
+    """A point in an index's change sequence: what a `changeToken` stands for."""
+
+    index_id: str  # 16 hex digits, made when the index was created; a rebuilt index has another
+    seq: int  # the number of the last change the answer reflects (0: none yet)
+
+
+# Where no index could be read: a token for it makes the next wait report everything as changed.
+UNKNOWN_POSITION = ChangePosition("0" * 16, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitRequest:
+    selection: ConversationsRequest  # the conversations watched, as ccweb_list_conversations selects them
+    since: ChangePosition | None  # None: changes after the call began
+    timeout_seconds: float
+
+
 def inputs_request(arguments: dict[str, Any], source: str | None) -> InputsRequest:
     return InputsRequest(
         requested_conversation(arguments, source),
@@ -157,6 +192,58 @@ def conversations_request(arguments: dict[str, Any], source: str | None) -> Conv
         filter_key(arguments.get("agent")),
         filter_key(arguments.get("status")),
     )
+
+
+def wait_request(arguments: dict[str, Any], source: str | None) -> WaitRequest:
+    """The selection is exactly ccweb_list_conversations's (`conversations_request`), so whatever
+    that tool learns to select, the wait watches too."""
+    return WaitRequest(
+        conversations_request(arguments, source),
+        decode_change_token(arguments.get("since")),
+        clamp_seconds(arguments.get("timeoutSeconds"), WAIT_TIMEOUT),
+    )
+
+
+def clamp_seconds(value: object, bounds: tuple[int, int, int]) -> float:
+    """`clamp_int`, keeping fractions: a number clamped; anything else the default."""
+    low, high, default = bounds
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return float(default)
+    return float(min(max(value, low), high))
+
+
+# --- change tokens: opaque to clients, checked here ------------------------------------------
+
+_TOKEN_CHECK_BYTES = 4
+
+
+def _token_check(body: bytes) -> bytes:
+    return hashlib.sha256(b"ccweb-index change token\0" + body).digest()[:_TOKEN_CHECK_BYTES]
+
+
+def encode_change_token(position: ChangePosition) -> str:
+    body = bytes.fromhex(position.index_id) + position.seq.to_bytes(8, "big")
+    return base64.urlsafe_b64encode(body + _token_check(body)).decode("ascii").rstrip("=")
+
+
+def decode_change_token(value: object) -> ChangePosition | None:
+    """None when absent (or null); else the position, or `invalid_change_token`."""
+    if value is None:
+        return None
+    raw = None
+    if isinstance(value, str) and 0 < len(value) <= 64:
+        try:
+            raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+        except ValueError:
+            raw = None
+    if raw is None or len(raw) != 8 + 8 + _TOKEN_CHECK_BYTES or _token_check(raw[:16]) != raw[16:]:
+        raise ToolError(
+            "invalid_change_token",
+            "since must be a changeToken exactly as an answer of ccweb_list_conversations or "
+            f"{WAIT_FOR_CONVERSATIONS} returned it. Call ccweb_list_conversations to get a fresh one, or "
+            "omit since to wait for changes from now on.",
+        )
+    return ChangePosition(raw[:8].hex(), int.from_bytes(raw[8:16], "big"))
 
 
 # --- answers ---------------------------------------------------------------------------------
@@ -210,8 +297,9 @@ def _input(item: StoredInput, content: str, original: int, truncated: bool) -> d
     }
 
 
-def conversations_answer(request: ConversationsRequest, rows: list[SessionRow]) -> dict[str, Any]:
-    """`rows`: the matching sessions in answer order, up to one more than the limit (to tell hasMore)."""
+def conversations_answer(request: ConversationsRequest, rows: list[SessionRow], position: ChangePosition) -> dict[str, Any]:
+    """`rows`: the matching sessions in answer order, up to one more than the limit (to tell hasMore).
+    `position`: read before the rows, so every change after it is reported by a wait given the token."""
     limit = request.limit
     return {
         "scope": "children" if request.children_of is not None else "all",
@@ -220,6 +308,27 @@ def conversations_answer(request: ConversationsRequest, rows: list[SessionRow]) 
         "returnedCount": min(len(rows), limit),
         "hasMore": len(rows) > limit,
         "conversations": [conversation_row(row) for row in rows[:limit]],
+        "changeToken": encode_change_token(position),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Changed:
+    conversation_id: str
+    deleted: bool  # its file is gone: it is in no list any more
+
+
+def wait_answer(listed: dict[str, Any], changed: list[Changed], *, timed_out: bool, reset: bool) -> dict[str, Any]:
+    """A wait's answer: the list answer (with its changeToken) and what changed since `since`.
+    `reset`: `since` was made by another index (or one since rebuilt) or is older than the change
+    log keeps, so what changed is unknown: every listed conversation is reported changed."""
+    if reset:
+        changed = [Changed(row["conversationId"], False) for row in listed["conversations"]]
+    return {
+        **listed,
+        "changed": [{"conversationId": item.conversation_id, "deleted": item.deleted} for item in changed],
+        "timedOut": timed_out,
+        "tokenReset": reset,
     }
 
 
@@ -322,8 +431,10 @@ CONVERSATIONS_TOOL: dict[str, Any] = {
         "branches, no grandchildren), so an orchestrating agent can follow its workers. agent and "
         "status filter by case-insensitive equality (status is one of the stored statuses, or "
         "\"waiting\" / \"idle\"). Filters and scope apply before limit (1-100, default 20); hasMore "
-        "says more conversations matched. Error: missing_source_conversation (scope children without "
-        "a source conversation)."
+        "says more conversations matched. Every answer carries a changeToken: to follow conversations "
+        f"(e.g. your workers) list once, then call {WAIT_FOR_CONVERSATIONS} with since set to the "
+        "latest changeToken instead of listing again and again. Error: missing_source_conversation "
+        "(scope children without a source conversation)."
     ),
     "inputSchema": {
         "type": "object",
@@ -362,10 +473,84 @@ CONVERSATIONS_TOOL: dict[str, Any] = {
                 "UTC string), createdFromKind (string|null), userInputCount (integer).",
                 "items": {"type": "object", "required": list(_CONVERSATION_FIELDS)},
             },
+            "changeToken": {
+                "type": "string",
+                "description": f"Opaque. Pass it as since to {WAIT_FOR_CONVERSATIONS} to be woken by the "
+                "next change to these conversations.",
+            },
         },
-        "required": ["scope", "sourceConversationId", "limit", "returnedCount", "hasMore", "conversations"],
+        "required": ["scope", "sourceConversationId", "limit", "returnedCount", "hasMore", "conversations", "changeToken"],
     },
     "annotations": {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False},
 }  # fmt: skip
 
-TOOLS = (USER_INPUTS_TOOL, CONVERSATIONS_TOOL)
+
+def _wait_tool() -> dict[str, Any]:
+    """The list tool's selection and answer, plus `since`, `timeoutSeconds` and what changed: whatever
+    the list learns to select, the wait watches (all its arguments but a page cursor)."""
+    listing = CONVERSATIONS_TOOL
+    selection = {name: spec for name, spec in listing["inputSchema"]["properties"].items() if name != "cursor"}
+    low, high, default = WAIT_TIMEOUT
+    return {
+        "name": WAIT_FOR_CONVERSATIONS,
+        "title": "Wait until cc-web conversations change",
+        "description": (
+            "Read-only. Blocks until a conversation you select changes, then answers at once; use it "
+            "instead of calling ccweb_list_conversations in a loop (which costs tokens and time). The "
+            "loop: call ccweb_list_conversations once (e.g. scope \"children\" for the workers you "
+            "started), then call this tool with since set to the changeToken of the last answer; when it "
+            "answers, act on changed, and call it again with its new changeToken. A change is a "
+            "conversation created, rewritten (new messages), changing status, or deleted; a change made "
+            "between two calls is reported by the next call at once, so nothing is missed. The answer "
+            "is the ccweb_list_conversations answer for the same selection (scope \"all\" (the "
+            "default) or \"children\", agent, status, limit (1-100, default 20)), plus changed (each "
+            "changed conversation's id and whether it was deleted; a conversation counts when it "
+            "matched the selection before or after the change, so one leaving a status filter is "
+            "reported too), timedOut (true when nothing changed within timeoutSeconds), tokenReset "
+            "(true when since came from an index since rebuilt or was too old: everything listed is "
+            f"reported changed) and a new changeToken. timeoutSeconds ({low}-{high}, default {default}) "
+            "bounds the wait; keep it below your client's tool time-out. Without since it waits for "
+            "changes after the call. Errors: invalid_change_token, missing_source_conversation, "
+            "too_many_waits (this server's cap on concurrent waits is reached; try again later)."
+        ),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                **selection,
+                "since": {
+                    "type": "string",
+                    "description": "The changeToken of the last ccweb_list_conversations or "
+                    f"{WAIT_FOR_CONVERSATIONS} answer. Omit to wait for changes from now on.",
+                },
+                "timeoutSeconds": {
+                    "type": "number",
+                    "minimum": low,
+                    "maximum": high,
+                    "default": default,
+                    "description": f"How long to wait for a change at most, in seconds (default {default}).",
+                },
+            },
+            "additionalProperties": False,
+        },
+        "outputSchema": {
+            "type": "object",
+            "properties": {
+                **listing["outputSchema"]["properties"],
+                "changed": {
+                    "type": "array",
+                    "description": "The selected conversations that changed after since, most recent change "
+                    "first. Each: conversationId (string), deleted (boolean).",
+                    "items": {"type": "object", "required": ["conversationId", "deleted"]},
+                },
+                "timedOut": {"type": "boolean"},
+                "tokenReset": {"type": "boolean"},
+            },
+            "required": [*listing["outputSchema"]["required"], "changed", "timedOut", "tokenReset"],
+        },
+        "annotations": {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False},
+    }
+
+
+WAIT_TOOL = _wait_tool()
+
+TOOLS = (USER_INPUTS_TOOL, CONVERSATIONS_TOOL, WAIT_TOOL)

@@ -9,6 +9,7 @@ Public API:
     read_session(path, last_good=None) -> dict | None | Unreadable
     list_user_inputs(sessions_dir, args, source, last_good=None) -> (result, is_error)
     list_conversations(sessions_dir, args, source, last_good=None) -> (result, is_error)
+    wait_for_conversations(sessions_dir, args, source) -> (result, is_error), for files that do not change
 plus the helpers parse_time, format_time, message_text, message_id, clamp, js_number_to_string.
 """
 
@@ -40,6 +41,22 @@ MAX_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC) - EPOCH) // ONE
 TOOL1_LIMIT = (1, 50, 15)  # (minimum, maximum, default)
 TOOL1_MAX_CHARS = (1, 1000, 1000)
 TOOL2_LIMIT = (1, 100, 20)
+
+
+class _AnyChangeToken:
+    """A `changeToken` (issue 13): opaque to clients, so the contract fixes only that it is a
+    non-empty string. It compares equal to any such string (tests/test_waits.py checks what it means)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and other != ""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "<any changeToken>"
+
+
+CHANGE_TOKEN = _AnyChangeToken()
 
 
 @dataclass(frozen=True)
@@ -475,4 +492,23 @@ def list_conversations(sessions_dir, args: dict, source: str | None,
         "returnedCount": len(conversations),
         "hasMore": len(rows) > limit,
         "conversations": conversations,
+        "changeToken": CHANGE_TOKEN,
     }, False
+
+
+_TOKEN_CHARS = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def wait_for_conversations(sessions_dir, args: dict, source: str | None) -> tuple[dict, bool]:
+    """Issue 13's wait, for a sessions directory that does not change during the call and a `since`
+    that is absent or plainly not a token: the list answer, nothing changed, timed out. (A token is
+    opaque: what a real one means is checked through the server, tests/test_waits.py.)"""
+    since = args.get("since")
+    if since is not None:
+        if isinstance(since, str) and _TOKEN_CHARS.fullmatch(since):
+            raise ValueError("the reference cannot judge a token; pass none, or one that is plainly not a token")
+        return _error("invalid_change_token", "since is not a changeToken")
+    listed, is_error = list_conversations(sessions_dir, args, source)
+    if is_error:
+        return listed, True
+    return {**listed, "changed": [], "timedOut": True, "tokenReset": False}, False

@@ -135,3 +135,12 @@ def test_bench_initialize_reports_every_figure(tmp_path: Path) -> None:
             figures = results[server][answer]
             assert figures["rounds"] == rounds and 0 < figures["min_s"] <= figures["p50_s"] <= figures["max_s"]
         assert results[server]["initialize"]["p50_s"] <= results[server]["tools_list"]["p50_s"]
+
+
+def test_bench_wait_latency_reports_its_figures() -> None:
+    command = [sys.executable, "-m", "bench.wait_latency", "--sessions", "50", "--writes", "5", "--daemon"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-6000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["bench"] == "wait_latency" and result["writes"] == 5 and result["daemon"] is True
+    assert 0 < result["p50_ms"] <= result["p99_ms"] <= result["max_ms"]

@@ -74,7 +74,7 @@ def client(contract_corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) ->
 
 def test_tools_list_publishes_the_contract(client: StdioClient) -> None:
     tools = {tool.name: tool for tool in client.list_tools().tools}
-    assert set(tools) == {"ccweb_list_user_inputs", "ccweb_list_conversations"}
+    assert set(tools) == {"ccweb_list_user_inputs", "ccweb_list_conversations", "ccweb_wait_for_conversations"}
 
     inputs = tools["ccweb_list_user_inputs"]
     schema = inputs.input_schema
@@ -99,8 +99,23 @@ def test_tools_list_publishes_the_contract(client: StdioClient) -> None:
         "minimum": 1, "maximum": 100, "default": 20
     }  # fmt: skip
     assert schema["properties"]["agent"]["type"] == schema["properties"]["status"]["type"] == "string"
-    for word in ("children", "direct", "MCP", "default"):
+    for word in ("children", "direct", "MCP", "default", "changeToken", "ccweb_wait_for_conversations"):
         assert word in conversations.description
+    assert "changeToken" in conversations.output_schema["required"]
+
+    wait = tools["ccweb_wait_for_conversations"]
+    schema = wait.input_schema
+    assert schema["additionalProperties"] is False and schema.get("required", []) == []
+    selection = {k: v for k, v in schema["properties"].items() if k not in ("since", "timeoutSeconds")}
+    assert selection == {k: v for k, v in conversations.input_schema["properties"].items() if k != "cursor"}
+    assert schema["properties"]["since"]["type"] == "string"
+    assert {k: schema["properties"]["timeoutSeconds"][k] for k in ("type", "minimum", "maximum", "default")} == {
+        "type": "number", "minimum": 0, "maximum": 300, "default": 30
+    }  # fmt: skip
+    for word in ("since", "changeToken", "changed", "timedOut", "deleted", "ccweb_list_conversations", "too_many_waits"):
+        assert word in wait.description
+    assert set(conversations.output_schema["required"]) < set(wait.output_schema["required"])
+    assert {"changed", "timedOut", "tokenReset", "changeToken"} <= set(wait.output_schema["required"])
 
     for tool in tools.values():
         assert tool.annotations is not None and tool.annotations.read_only_hint is True

@@ -354,8 +354,9 @@ def test_interleaved_clients_never_see_each_others_source(shared: tuple[HttpServ
     assert results == [[], [], [], []]
 
 
-def test_http_answers_exactly_as_stdio(shared: tuple[HttpServer, Corpus, Path], tmp_path: Path) -> None:
-    server, corpus, _ = shared
+def test_http_answers_exactly_as_stdio(shared: tuple[HttpServer, Corpus, Path]) -> None:
+    """The stdio servers share the HTTP server's index: the changeToken is the index's, so the same."""
+    server, corpus, db = shared
     calls = [
         (LIST_CONVERSATIONS, {"scope": "children"}),
         (LIST_CONVERSATIONS, {}),
@@ -367,7 +368,7 @@ def test_http_answers_exactly_as_stdio(shared: tuple[HttpServer, Corpus, Path], 
     ]
     for source in ("orchA", None):
         with http_client_for(server.url, source=source) as over_http, \
-                stdio_client_for(corpus.path, tmp_path / f"stdio-{source}.sqlite", source=source) as over_stdio:  # fmt: skip
+                stdio_client_for(corpus.path, db, source=source) as over_stdio:  # fmt: skip
             for name, arguments in calls:
                 assert over_http.call(name, arguments) == over_stdio.call(name, arguments), (source, name, arguments)
             assert over_http.list_tools().tools == over_stdio.list_tools().tools

@@ -14,6 +14,8 @@ from ccweb_index.server.service import Service
 
 from conftest import Corpus, session
 
+ALL_MIGRATIONS = ["m001_sessions", "m002_user_inputs", "m003_meta", "m004_input_heads", "m005_checkpoints", "m006_changes"]
+
 
 def applied(path: Path) -> list[str]:
     return [m.name for m in migrations.applied(Database(sqlite3.connect(path)))]
@@ -21,7 +23,7 @@ def applied(path: Path) -> list[str]:
 
 def test_a_new_index_has_every_migration_in_order(corpus: Corpus, db_path: Path) -> None:
     open_index(db_path, str(corpus.path)).close()
-    assert applied(db_path) == ["m001_sessions", "m002_user_inputs", "m003_meta", "m004_input_heads", "m005_checkpoints"]
+    assert applied(db_path) == ALL_MIGRATIONS
 
 
 def test_an_older_index_is_upgraded_in_place(corpus: Corpus, db_path: Path) -> None:
@@ -37,7 +39,7 @@ def test_an_older_index_is_upgraded_in_place(corpus: Corpus, db_path: Path) -> N
     assert applied(db_path) == ["m001_sessions", "m002_user_inputs"]
 
     conn = open_index(db_path, str(corpus.path))
-    assert applied(db_path) == ["m001_sessions", "m002_user_inputs", "m003_meta", "m004_input_heads", "m005_checkpoints"]
+    assert applied(db_path) == ALL_MIGRATIONS
     assert conn.execute("SELECT id FROM sessions").fetchall() == [("kept",)], "data survives the upgrade"
     conn.close()
     # and the service then brings it in line with the files

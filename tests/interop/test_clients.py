@@ -30,6 +30,7 @@ from test_contract import same_answer
 
 INPUTS = "ccweb_list_user_inputs"
 CONVERSATIONS = "ccweb_list_conversations"
+WAIT = "ccweb_wait_for_conversations"
 SOURCE = "orch"
 # (client, protocol version spoken without a handshake, or None for the `initialize` handshake).
 # "2026-07-28" is the sessionless revision Claude Code speaks; the SDK's `Client` speaks it too.
@@ -47,14 +48,23 @@ WITH_SOURCE: list[tuple[str, dict[str, Any]]] = [
     (CONVERSATIONS, {"scope": "children"}),
     (CONVERSATIONS, {"agent": "CODEX", "limit": 1}),
     (CONVERSATIONS, {"status": "no such status"}),
+    (WAIT, {"scope": "children", "timeoutSeconds": 0}),  # the list shape, changed, timedOut, a changeToken
+    (WAIT, {"agent": "codex", "timeoutSeconds": 0.2}),
+    (WAIT, {"since": "not a token!"}),  # invalid_change_token
 ]
 # ... and for a client that was not told its conversation: sourceConversationId is null.
 WITHOUT_SOURCE: list[tuple[str, dict[str, Any]]] = [
     (INPUTS, {}),  # missing_source_conversation
     (CONVERSATIONS, {"scope": "children"}),  # missing_source_conversation
     (CONVERSATIONS, {"limit": 2}),
+    (WAIT, {"scope": "children"}),  # missing_source_conversation
+    (WAIT, {"limit": 2, "timeoutSeconds": 0}),
 ]
-ERROR_CODES = {"invalid_conversation_id", "conversation_not_found", "conversation_unreadable", "missing_source_conversation"}
+ERROR_CODES = {
+    "invalid_conversation_id", "conversation_not_found", "conversation_unreadable", "missing_source_conversation",
+    "invalid_change_token",
+}  # fmt: skip
+ORACLES = {INPUTS: reference.list_user_inputs, CONVERSATIONS: reference.list_conversations, WAIT: reference.wait_for_conversations}
 
 
 def write_corpus(corpus: Corpus) -> None:
@@ -67,8 +77,7 @@ def write_corpus(corpus: Corpus) -> None:
 
 
 def expected(corpus: Corpus, tool: str, arguments: dict[str, Any], source: str | None) -> tuple[dict[str, Any], bool]:
-    oracle = reference.list_user_inputs if tool == INPUTS else reference.list_conversations
-    return oracle(str(corpus.path), arguments, source)
+    return ORACLES[tool](str(corpus.path), arguments, source)
 
 
 def check(client: Client, corpus: Corpus, tool: str, arguments: dict[str, Any], source: str | None) -> dict[str, Any]:
@@ -84,10 +93,19 @@ def check(client: Client, corpus: Corpus, tool: str, arguments: dict[str, Any], 
 
 def check_tools(client: Client) -> None:
     tools = {tool["name"]: tool for tool in client.ok({"op": "list"})["tools"]}
-    assert set(tools) == {INPUTS, CONVERSATIONS}
+    assert set(tools) == {INPUTS, CONVERSATIONS, WAIT}
     for tool in tools.values():
         assert tool["annotations"]["readOnlyHint"] is True
         assert tool["outputSchema"]["type"] == "object"
+
+
+def check_token_round_trip(client: Client, corpus: Corpus) -> None:
+    """A list's changeToken, given back as since: the wait (checked by the client against its output
+    schema) reports nothing changed and hands back the same token."""
+    listed = check(client, corpus, CONVERSATIONS, {"scope": "children"}, SOURCE)
+    answer = client.ok({"op": "call", "name": WAIT, "arguments": {"scope": "children", "since": listed["changeToken"], "timeoutSeconds": 0.2}})
+    waited = answer["result"]["structuredContent"]
+    assert waited["timedOut"] is True and waited["changed"] == [] and waited["changeToken"] == listed["changeToken"]
 
 
 def run_cases(client: Client, corpus: Corpus, cases: list[tuple[str, dict[str, Any]]], source: str | None) -> set[str]:
@@ -141,6 +159,7 @@ def test_stdio(client: Client, corpus: Corpus, tmp_path: Path) -> None:
     client.ok(stdio_command(corpus, db, SOURCE, client.mode))
     check_tools(client)
     codes = run_cases(client, corpus, WITH_SOURCE, SOURCE)
+    check_token_round_trip(client, corpus)
     client.ok({"op": "close"})
     client.ok(stdio_command(corpus, db, None, client.mode))
     check_tools(client)
@@ -160,6 +179,7 @@ def test_http_and_a_restart_mid_session(client: Client, corpus: Corpus, tmp_path
         server = start_http_server(corpus.path, db, tmp_path / "server2.log", token=TOKEN, args=("--port", str(server.port)))
         check_tools(client)
         codes |= run_cases(client, corpus, WITH_SOURCE, SOURCE)
+        check_token_round_trip(client, corpus)
         client.ok({"op": "close"})
         client.ok(http_command(server, None, client.mode))
         codes |= run_cases(client, corpus, WITHOUT_SOURCE, None)

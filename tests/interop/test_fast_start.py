@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ccweb_index.server.tools import TOOLS
+
 import reference
 from conftest import CCWEB_INDEX, Corpus, session
 
@@ -85,7 +87,7 @@ def test_the_handshake_does_not_wait_for_the_index(tmp_path: Path) -> None:
         pipe.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         pipe.send({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
         answer = pipe.receive(ANSWER_SECONDS)
-        assert answer is not None and len(answer["result"]["tools"]) == 2, answer
+        assert answer is not None and len(answer["result"]["tools"]) == len(TOOLS), answer
         pipe.send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "ccweb_list_user_inputs", "arguments": {}}})
         assert pipe.receive(HELD_SECONDS) is None, "a call was answered before the index was opened"
         pipe.send({"jsonrpc": "2.0", "id": 4, "method": "ping"})  # the server is not blocked meanwhile

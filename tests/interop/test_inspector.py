@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 from drive import HERE, INSTALL_HINT, node
-from test_clients import CONVERSATIONS, INPUTS, SOURCE, write_corpus
+from test_clients import CONVERSATIONS, INPUTS, ORACLES, SOURCE, WAIT, write_corpus
 from test_http import SOURCE_HEADER, TOKEN, HttpServer, http_server
 
-import reference
 from conftest import CCWEB_INDEX, Corpus
 
 INSPECTOR = HERE / "node_modules" / "@modelcontextprotocol" / "inspector" / "clients" / "launcher" / "build" / "index.js"
@@ -34,6 +33,8 @@ CASES: list[tuple[str, list[str], dict[str, Any]]] = [
     (INPUTS, ["conversationId=not-an-id!"], {"conversationId": "not-an-id!"}),
     (INPUTS, ["conversationId=broken"], {"conversationId": "broken"}),
     (CONVERSATIONS, ["scope=children"], {"scope": "children"}),
+    (WAIT, ["scope=children", "timeoutSeconds=0"], {"scope": "children", "timeoutSeconds": 0}),
+    (WAIT, ["since=\"not a token!\""], {"since": "not a token!"}),
 ]
 
 
@@ -47,8 +48,7 @@ def inspector(*args: str, target: list[str]) -> subprocess.CompletedProcess[str]
 
 
 def check_call(run: subprocess.CompletedProcess[str], corpus: Corpus, tool: str, arguments: dict[str, Any], source: str | None) -> None:
-    oracle = reference.list_user_inputs if tool == INPUTS else reference.list_conversations
-    want, want_error = oracle(str(corpus.path), arguments, source)
+    want, want_error = ORACLES[tool](str(corpus.path), arguments, source)
     assert run.returncode == (TOOL_IS_ERROR if want_error else 0), (tool, arguments, run.stdout[-2000:], run.stderr[-2000:])
     result = json.loads(run.stdout)
     payload = json.loads(result["content"][0]["text"])
@@ -82,7 +82,7 @@ def test_strict_schema_check(corpus: Corpus, server: HttpServer, tmp_path: Path)
         run = inspector("--method", "tools/list", "--strict", *headers, target=target)
         # Its findings read `Warning: tool "..."` / `Error: tool "..."` (the server's own log shares stderr).
         assert run.returncode == 0 and not re.search(r"(Warning|Error): tool", run.stderr), run.stderr
-        assert {tool["name"] for tool in json.loads(run.stdout)["tools"]} == {INPUTS, CONVERSATIONS}
+        assert {tool["name"] for tool in json.loads(run.stdout)["tools"]} == {INPUTS, CONVERSATIONS, WAIT}
 
 
 @pytest.mark.parametrize(("tool", "pairs", "arguments"), CASES, ids=[f"{c[0]}-{'-'.join(c[1])}" for c in CASES])

@@ -15,6 +15,8 @@ import httpx2
 import pytest
 from test_http import SOURCE_HEADER, TOKEN, HttpServer, http_server
 
+from ccweb_index.server.tools import TOOLS
+
 from conftest import Corpus, session
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -66,7 +68,7 @@ def test_a_call_streams_when_the_client_accepts_it(server: HttpServer) -> None:
     assert plain.json()["result"] == message["result"]
     # Everything but a call is one JSON answer, whatever the client accepts.
     listed = post(server, {"jsonrpc": "2.0", "id": 8, "method": "tools/list"}, BOTH)
-    assert listed.headers["content-type"].startswith("application/json") and len(listed.json()["result"]["tools"]) == 2
+    assert listed.headers["content-type"].startswith("application/json") and len(listed.json()["result"]["tools"]) == len(TOOLS)
 
 
 @pytest.mark.parametrize("method", ["GET", "DELETE", "PUT"])

@@ -1,0 +1,362 @@
+"""ccweb_wait_for_conversations and the changeToken (issue 13 item 4), through the SDK's client.
+
+Every wait here runs in a real `ccweb-index serve` (stdio or HTTP) and is woken by files this test
+process writes, the way cc-web would: another process's write. The index is shared with other
+processes where it matters (a `watch` daemon that indexes a change before the server does). The
+contract's list part is tests/reference.py's; what a token means is checked by what the next wait
+reports.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+import pytest
+from anyio.from_thread import start_blocking_portal
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from test_http import _clean_env, _headers, outliving_the_server, start_http_server, stop
+
+import reference
+from conftest import CCWEB_INDEX, Corpus, StdioClient, answer_of, session, stdio_client_for, wait_until
+
+LIST = "ccweb_list_conversations"
+WAIT = "ccweb_wait_for_conversations"
+SOURCE = "orch"
+# A wait that should end at once is given this long: long enough never to end by itself in a test.
+LONG = 60
+
+
+def child(*inputs: str, status: str | None = None, updated: str = "2026-11-22T00:00:00Z") -> dict[str, Any]:
+    extra = {} if status is None else {"status": status}
+    return session(*inputs, updated=updated, created_from={"kind": "mcp", "sourceSessionId": SOURCE}, **extra)
+
+
+def write_family(corpus: Corpus) -> None:
+    corpus.write(SOURCE, session("plan", updated="2026-11-20T00:00:00Z"))
+    corpus.write("w1", child("task one", status="running"))
+    corpus.write("w2", child("task two", status="running", updated="2026-11-23T00:00:00Z"))
+    corpus.write("other", session("unrelated", updated="2026-11-21T00:00:00Z"))
+
+
+def payload_of(result: types.CallToolResult) -> dict[str, Any]:
+    problem, payload = answer_of(result)
+    assert problem is None, problem
+    return payload
+
+
+def start_wait(client: StdioClient, arguments: dict[str, Any], **kwargs: Any) -> Future[types.CallToolResult]:
+    return client._portal.start_task_soon(functools.partial(client.session.call_tool, WAIT, arguments, **kwargs))
+
+
+def token_of(client: StdioClient, arguments: dict[str, Any] | None = None) -> str:
+    payload, is_error = client.call(LIST, {"scope": "children", **(arguments or {})})
+    assert not is_error, payload
+    return str(payload["changeToken"])
+
+
+@contextmanager
+def served(corpus: Corpus, db: Path, *args: str) -> Iterator[StdioClient]:
+    with stdio_client_for(corpus.path, db, source=SOURCE, args=args) as client:
+        client.list_tools()  # as hosts do; the SDK then checks answers against the output schemas
+        yield client
+
+
+def as_listed(corpus: Corpus, payload: dict[str, Any], arguments: dict[str, Any]) -> None:
+    """The wait's list part is exactly ccweb_list_conversations's answer for the files now."""
+    listed = {k: v for k, v in payload.items() if k not in ("changed", "timedOut", "tokenReset")}
+    expected, is_error = reference.list_conversations(corpus.path, arguments, SOURCE)
+    assert not is_error and listed == expected
+
+
+# --- what wakes a wait --------------------------------------------------------------------------------
+
+
+CHANGES = {
+    "create": lambda corpus: corpus.write("w3", child("task three")),
+    "rewrite": lambda corpus: corpus.write("w1", child("task one", "and more", status="running")),
+    "status": lambda corpus: corpus.write("w1", child("task one", status="idle")),
+    "delete": lambda corpus: corpus.delete("w1"),
+}
+CHANGED_ID = {"create": "w3", "rewrite": "w1", "status": "w1", "delete": "w1"}
+
+
+@pytest.mark.parametrize("indexer", ["own watcher", "another process indexes it"])
+@pytest.mark.parametrize("kind", list(CHANGES))
+def test_a_wait_is_woken_by_each_kind_of_change(corpus: Corpus, db_path: Path, tmp_path: Path, kind: str, indexer: str) -> None:
+    """A change to a selected conversation answers the wait at once. With "another process indexes
+    it", the server runs no watcher and a `watch` daemon on the same index commits the change: the
+    server learns of it from the index's change sequence."""
+    write_family(corpus)
+    daemon = None
+    args: tuple[str, ...] = ()
+    if indexer != "own watcher":
+        args = ("--no-watch",)
+        daemon = subprocess.Popen(
+            [CCWEB_INDEX, "watch", "--sessions-dir", str(corpus.path), "--db", str(db_path)],
+            env=_clean_env(), stderr=open(tmp_path / "daemon.log", "wb"),
+        )  # fmt: skip
+    try:
+        with served(corpus, db_path, *args) as client:
+            token = token_of(client)
+            waiting = start_wait(client, {"scope": "children", "since": token, "timeoutSeconds": LONG})
+            time.sleep(0.5)
+            assert not waiting.done(), "the wait ended with nothing changed"
+            CHANGES[kind](corpus)
+            started = time.monotonic()
+            payload = payload_of(waiting.result(timeout=30))
+            took = time.monotonic() - started
+    finally:
+        if daemon is not None:
+            daemon.send_signal(signal.SIGTERM)
+            assert daemon.wait(timeout=30) == 0
+    assert payload["timedOut"] is False and payload["tokenReset"] is False
+    assert payload["changed"] == [{"conversationId": CHANGED_ID[kind], "deleted": kind == "delete"}]
+    assert payload["changeToken"] != token
+    as_listed(corpus, payload, {"scope": "children"})
+    assert took < 10, f"woken {took:.1f} s after the change"
+
+
+def test_no_lost_wake_up_between_a_list_and_a_wait(corpus: Corpus, db_path: Path) -> None:
+    """A change that lands after the list answered and before the wait is called is reported at
+    once, and the new token does not report it again."""
+    write_family(corpus)
+    with served(corpus, db_path) as client:
+        token = token_of(client)
+        corpus.write("w2", child("task two", status="idle", updated="2026-11-23T00:00:00Z"))
+        time.sleep(0.3)  # the watcher has indexed it: nobody is waiting yet
+        started = time.monotonic()
+        first, _ = client.call(WAIT, {"scope": "children", "since": token, "timeoutSeconds": LONG})
+        assert time.monotonic() - started < 5
+        assert first["changed"] == [{"conversationId": "w2", "deleted": False}] and first["timedOut"] is False
+        second, _ = client.call(WAIT, {"scope": "children", "since": first["changeToken"], "timeoutSeconds": 1})
+        assert second["changed"] == [] and second["timedOut"] is True
+        assert second["changeToken"] == first["changeToken"], "nothing changed: the same position"
+
+
+def test_changes_outside_the_selection_do_not_wake_it(corpus: Corpus, db_path: Path) -> None:
+    """Another source's conversation, or one that never matches the filter, is not watched; one that
+    leaves the filter is (it matched before the change)."""
+    write_family(corpus)
+    with served(corpus, db_path) as client:
+        token = token_of(client, {"status": "running"})
+        arguments = {"scope": "children", "status": "running", "since": token, "timeoutSeconds": LONG}
+        waiting = start_wait(client, arguments)
+        corpus.write("other", session("unrelated, rewritten", updated="2026-11-21T00:00:00Z"))
+        corpus.write(SOURCE, session("plan", "and go", updated="2026-11-20T00:00:00Z"))
+        corpus.write("w9", child("idle from the start", status="idle"))
+        time.sleep(1.5)
+        assert not waiting.done(), payload_of(waiting.result())
+        corpus.write("w1", child("task one", status="idle"))  # leaves status "running"
+        payload = payload_of(waiting.result(timeout=30))
+    assert payload["changed"] == [{"conversationId": "w1", "deleted": False}]
+    assert [row["conversationId"] for row in payload["conversations"]] == ["w2"]
+
+
+def test_a_time_out_answers_timed_out_with_the_list(corpus: Corpus, db_path: Path) -> None:
+    write_family(corpus)
+    with served(corpus, db_path) as client:
+        token = token_of(client)
+        started = time.monotonic()
+        payload, is_error = client.call(WAIT, {"scope": "children", "since": token, "timeoutSeconds": 1.5})
+        took = time.monotonic() - started
+        zero, _ = client.call(WAIT, {"timeoutSeconds": 0})
+    assert not is_error and payload["timedOut"] is True and payload["changed"] == []
+    assert payload["changeToken"] == token
+    assert 1.5 <= took < 10
+    as_listed(corpus, payload, {"scope": "children"})
+    assert zero["timedOut"] is True and zero["scope"] == "all"
+
+
+def test_tokens_from_another_index_or_garbage(corpus: Corpus, db_path: Path, tmp_path: Path) -> None:
+    """A token of another index (or of this one before a rebuild) reports everything listed as
+    changed (tokenReset); a token that is not one is `invalid_change_token`."""
+    write_family(corpus)
+    with served(corpus, tmp_path / "other.sqlite") as other:
+        foreign = token_of(other)
+    with served(corpus, db_path) as client:
+        started = time.monotonic()
+        reset, _ = client.call(WAIT, {"scope": "children", "since": foreign, "timeoutSeconds": LONG})
+        assert time.monotonic() - started < 5
+        assert reset["tokenReset"] is True and reset["timedOut"] is False
+        assert reset["changed"] == [{"conversationId": r["conversationId"], "deleted": False} for r in reset["conversations"]]
+        assert len(reset["changed"]) == 2
+        tampered = foreign[:-2] + ("AA" if not foreign.endswith("AA") else "BB")
+        for since in ("", "garbage", tampered, 42, ["x"]):
+            payload, is_error = client.call(WAIT, {"since": since, "timeoutSeconds": LONG})
+            assert is_error and payload["error"]["code"] == "invalid_change_token", since
+
+
+def test_changes_committed_by_another_process_before_the_server_started(corpus: Corpus, db_path: Path) -> None:
+    """The token is a position in the index, not in a process: a token from one server, a change
+    indexed by another process while no server runs, and a new server reports it."""
+    write_family(corpus)
+    with served(corpus, db_path) as client:
+        token = token_of(client)
+    corpus.delete("w2")
+    subprocess.run([CCWEB_INDEX, "build", "--sessions-dir", str(corpus.path), "--db", str(db_path)], check=True, env=_clean_env())
+    with served(corpus, db_path) as client:
+        payload, _ = client.call(WAIT, {"scope": "children", "since": token, "timeoutSeconds": LONG})
+    assert payload["changed"] == [{"conversationId": "w2", "deleted": True}]
+
+
+# --- progress, cancellation, the cap, SIGTERM -----------------------------------------------------------
+
+
+def test_progress_notifications_every_ten_seconds(corpus: Corpus, db_path: Path) -> None:
+    write_family(corpus)
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append((value, total, message))
+
+    with served(corpus, db_path) as client:
+        result = start_wait(client, {"timeoutSeconds": 12}, progress_callback=progress).result(timeout=60)
+    assert payload_of(result)["timedOut"] is True
+    assert len(seen) == 1, seen
+    value, total, message = seen[0]
+    assert 10 <= value < 12 and total == 12 and message and "nothing changed" in message
+
+
+def test_a_cancelled_wait_ends_and_frees_its_place(corpus: Corpus, db_path: Path) -> None:
+    """The client cancels (it sends notifications/cancelled): the server ends the wait at once, so
+    with room for one wait, the next wait is accepted."""
+    write_family(corpus)
+    with served(corpus, db_path, "--max-waits", "1") as client:
+        portal = client._portal
+
+        async def cancelled_after(seconds: float) -> bool:
+            with anyio.move_on_after(seconds) as scope:
+                await client.session.call_tool(WAIT, {"timeoutSeconds": LONG})
+            return scope.cancelled_caught
+
+        assert portal.call(cancelled_after, 1.0)
+        accepted = wait_until(lambda: not client.call(WAIT, {"timeoutSeconds": 0})[1], timeout=5)
+        assert accepted, "the cancelled wait still holds its place"
+
+
+def test_the_cap_refuses_waits_beyond_it(corpus: Corpus, db_path: Path) -> None:
+    write_family(corpus)
+    with served(corpus, db_path, "--max-waits", "2") as client:
+        open_waits = [start_wait(client, {"timeoutSeconds": 3}) for _ in range(2)]
+        time.sleep(0.5)
+        payload, is_error = client.call(WAIT, {"timeoutSeconds": LONG})
+        assert is_error and payload["error"]["code"] == "too_many_waits"
+        assert "--max-waits" in payload["error"]["message"]
+        assert all(payload_of(w.result(timeout=30))["timedOut"] for w in open_waits)
+        payload, is_error = client.call(WAIT, {"timeoutSeconds": 0})
+        assert not is_error
+
+
+def _serve_pid(db: Path) -> int:
+    """The stdio server of this test (found by its --db argument, unique to the test)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"serve" in argv and os.fsencode(str(db)) in argv:
+                return int(entry)
+    raise AssertionError("the server process was not found")
+
+
+def test_sigterm_answers_waits_in_flight_over_stdio(corpus: Corpus, db_path: Path) -> None:
+    write_family(corpus)
+    with served(corpus, db_path) as client:
+        waits = [start_wait(client, {"scope": "children", "timeoutSeconds": LONG}) for _ in range(3)]
+        time.sleep(1.0)
+        pid = _serve_pid(db_path)
+        started = time.monotonic()
+        os.kill(pid, signal.SIGTERM)
+        answers = [payload_of(w.result(timeout=20)) for w in waits]
+        assert time.monotonic() - started < 10
+        assert wait_until(lambda: not Path(f"/proc/{pid}").exists() or b"Z" in Path(f"/proc/{pid}/stat").read_bytes().split()[2], 10)
+    assert all(a["timedOut"] is True and a["changed"] == [] for a in answers)
+    as_listed(corpus, answers[0], {"scope": "children"})
+
+
+def test_sigterm_answers_waits_in_flight_over_http(corpus: Corpus, db_path: Path, tmp_path: Path) -> None:
+    write_family(corpus)
+    server = start_http_server(corpus.path, db_path, tmp_path / "log")
+    try:
+        with start_blocking_portal() as portal:
+            with portal.wrap_async_context_manager(outliving_the_server(server.url, _headers(None, SOURCE))) as client:
+                portal.call(client.list_tools)
+                waits = [portal.start_task_soon(client.call_tool, WAIT, {"scope": "children", "timeoutSeconds": LONG}) for _ in range(3)]
+                time.sleep(1.0)
+                started = time.monotonic()
+                server.proc.send_signal(signal.SIGTERM)
+                answers = [payload_of(w.result(timeout=20)) for w in waits]
+                assert time.monotonic() - started < 10
+        assert server.proc.wait(timeout=30) == 0
+    finally:
+        stop(server)
+    assert all(a["timedOut"] is True and a["changed"] == [] for a in answers)
+    assert "Traceback" not in server.stderr()
+
+
+# --- many waits on the shared server ------------------------------------------------------------------
+
+MANY = 200
+IDLE_SECONDS = 5.0
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+async def _many_waits(url: str, corpus: Corpus, pid: int) -> tuple[float, list[dict[str, Any]]]:
+    limits = httpx2.Limits(max_connections=MANY + 10, max_keepalive_connections=MANY + 10)
+    async with (
+        httpx2.AsyncClient(headers=_headers(None, SOURCE), timeout=httpx2.Timeout(30, read=120), limits=limits) as http,
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write) as client,
+    ):
+        await client.initialize()
+        token = (await client.call_tool(LIST, {"scope": "children"})).structured_content["changeToken"]
+        answers: list[dict[str, Any]] = []
+
+        async def one() -> None:
+            result = await client.call_tool(WAIT, {"scope": "children", "since": token, "timeoutSeconds": 120})
+            answers.append(payload_of(result))
+
+        async with anyio.create_task_group() as tasks:
+            for _ in range(MANY):
+                tasks.start_soon(one)
+            await anyio.sleep(3.0)  # every wait has made its first look and sleeps
+            assert not answers, answers[:1]
+            before = _cpu_seconds(pid)
+            await anyio.sleep(IDLE_SECONDS)
+            idle_cpu = _cpu_seconds(pid) - before
+            corpus.write("w1", child("task one", status="idle"))
+        return idle_cpu, answers
+
+
+def test_200_waits_on_the_http_server(corpus: Corpus, db_path: Path, tmp_path: Path) -> None:
+    """200 waits open at once on the shared server (more than the worker threads it has: a wait
+    holds none), near-zero CPU while they wait, and all answered by one change."""
+    write_family(corpus)
+    server = start_http_server(corpus.path, db_path, tmp_path / "log")
+    try:
+        idle_cpu, answers = anyio.run(_many_waits, server.url, corpus, server.proc.pid)
+    finally:
+        assert stop(server) == 0
+    print(f"{MANY} open waits: {idle_cpu:.3f} s of server CPU over {IDLE_SECONDS:.0f} s idle")
+    assert len(answers) == MANY
+    assert all(a["changed"] == [{"conversationId": "w1", "deleted": False}] for a in answers)
+    # Near zero: a busy loop would use the whole interval. The figure is in docs/benchmarks.md.
+    assert idle_cpu < IDLE_SECONDS / 4
