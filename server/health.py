@@ -94,9 +94,9 @@ def health(service: Any, state: State, watch: bool) -> dict[str, Any]:
         doc["unreadable"] = counts["unreadable"]
         doc["lastReconcile"] = _iso(counts["last_reconcile_ns"])
     doc.update(_saturation(state))
-    progress = getattr(service, "progress", None)
-    if callable(progress):
-        doc["progress"] = progress()
+    progress = service.progress()  # the first indexing pass, while it runs
+    if progress is not None:
+        doc["progress"] = progress
     if counts is not None and state.ready.is_set():
         problem = _problem(service, state, watch, running, doc)
         doc["ok"] = problem is None

@@ -111,7 +111,7 @@ def test_the_first_passs_progress_is_reported_when_the_service_has_one(corpus: C
     try:
         state = State()
         assert "progress" not in health(service, state, watch=False)
-        service.progress = lambda: {"done": 3, "total": 6}  # type: ignore[attr-defined]  # what a later Service offers
+        service.progress = lambda: {"done": 3, "total": 6}  # type: ignore[method-assign]  # a pass under way
         doc = health(service, state, watch=False)
         assert doc["progress"] == {"done": 3, "total": 6} and doc["status"] == "starting" and doc["ok"] is False
         service.start()

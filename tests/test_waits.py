@@ -27,7 +27,7 @@ import pytest
 from anyio.from_thread import start_blocking_portal
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from test_http import _clean_env, _headers, outliving_the_server, start_http_server, stop
+from test_http import TOKEN, _clean_env, _headers, outliving_the_server, start_http_server, stop
 
 import reference
 from conftest import CCWEB_INDEX, Corpus, StdioClient, answer_of, session, stdio_client_for, wait_until
@@ -290,10 +290,10 @@ def test_sigterm_answers_waits_in_flight_over_stdio(corpus: Corpus, db_path: Pat
 
 def test_sigterm_answers_waits_in_flight_over_http(corpus: Corpus, db_path: Path, tmp_path: Path) -> None:
     write_family(corpus)
-    server = start_http_server(corpus.path, db_path, tmp_path / "log")
+    server = start_http_server(corpus.path, db_path, tmp_path / "log", token=TOKEN)
     try:
         with start_blocking_portal() as portal:
-            with portal.wrap_async_context_manager(outliving_the_server(server.url, _headers(None, SOURCE))) as client:
+            with portal.wrap_async_context_manager(outliving_the_server(server.url, _headers(TOKEN, SOURCE))) as client:
                 portal.call(client.list_tools)
                 waits = [portal.start_task_soon(client.call_tool, WAIT, {"scope": "children", "timeoutSeconds": LONG}) for _ in range(3)]
                 time.sleep(1.0)
@@ -322,7 +322,7 @@ def _cpu_seconds(pid: int) -> float:
 async def _many_waits(url: str, corpus: Corpus, pid: int) -> tuple[float, list[dict[str, Any]]]:
     limits = httpx2.Limits(max_connections=MANY + 10, max_keepalive_connections=MANY + 10)
     async with (
-        httpx2.AsyncClient(headers=_headers(None, SOURCE), timeout=httpx2.Timeout(30, read=120), limits=limits) as http,
+        httpx2.AsyncClient(headers=_headers(TOKEN, SOURCE), timeout=httpx2.Timeout(30, read=120), limits=limits) as http,
         streamable_http_client(url, http_client=http) as (read, write),
         ClientSession(read, write) as client,
     ):
@@ -350,7 +350,7 @@ def test_200_waits_on_the_http_server(corpus: Corpus, db_path: Path, tmp_path: P
     """200 waits open at once on the shared server (more than the worker threads it has: a wait
     holds none), near-zero CPU while they wait, and all answered by one change."""
     write_family(corpus)
-    server = start_http_server(corpus.path, db_path, tmp_path / "log")
+    server = start_http_server(corpus.path, db_path, tmp_path / "log", token=TOKEN)
     try:
         idle_cpu, answers = anyio.run(_many_waits, server.url, corpus, server.proc.pid)
     finally:
