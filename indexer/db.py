@@ -26,13 +26,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import platformdirs
-from sqlite_utils import Database
 
 from ccweb_index.indexer.errors import IndexBroken, IndexMismatch, IndexUnavailable, translate
 from ccweb_index.indexer.private import make_private_dir, open_private, prepare_database, refuse_inside_sessions
 from ccweb_index.indexer.stored import STORED_CHARS_KEY, STORED_INPUT_CHARS
 from ccweb_index.indexer.tuning import BUSY_TIMEOUT_ENV, milliseconds_from_env
-from ccweb_index.migrations import migrations
 
 log = logging.getLogger("ccweb_index")
 
@@ -225,6 +223,12 @@ def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None
 def _migrate_and_claim(conn: sqlite3.Connection, sessions_dir: str) -> None:
     # Each migration runs in its own transaction with the record of it (sqlite-utils), so one
     # interrupted half-way (kill -9, power loss) is rolled back and simply runs again.
+    # Imported here: sqlite-utils is a tenth of `serve`'s start, which checks the index path
+    # (resolve_db_path) before it answers `initialize` but opens the index only afterwards.
+    from sqlite_utils import Database
+
+    from ccweb_index.migrations import migrations
+
     migrations.apply(Database(conn))
     # The path's bytes: any path the OS accepts, UTF-8 or not (an older index holds it as text).
     claimed = os.fsencode(sessions_dir)
