@@ -4,10 +4,11 @@
   one is re-read) on every call, watcher or not.
 - ccweb_list_conversations depends on the directory. With a synced watcher (see indexer.watch),
   every change before the call is already in the index. Without one, the directory's own signature
-  reveals files added, removed or replaced; for scope "children" the answer's files are then
-  re-checked (a session becomes a child when it is created, which changes the directory); for
-  scope "all" and for filters, where an in-place edit of any file can change the answer, every
-  file's signature is compared (a stat each, no reads).
+  reveals files added, removed or replaced; for scope "children" and "descendants" the answer's
+  files (the children, or the whole tree) are then re-checked (a session joins a tree when it is
+  created, which changes the directory); with conversationIds, those files are; for scope "all"
+  and for filters, where an in-place edit of any file can change the answer, every file's
+  signature is compared (a stat each, no reads).
 
 Before either, `Indexer.ready` makes sure the index is the one at the path (indexer.handle). Index
 failures come out as the types of indexer.errors, for the service to answer from the files instead.
@@ -51,11 +52,12 @@ class IndexAnswers:
                 state = queries.session_state(conn, conversation_id)
                 if state is None:
                     raise not_found(conversation_id)
-                good, error, total = state
+                good, error = state
                 if not good:
                     raise unreadable(conversation_id, error or "unknown reason")
-                newest = queries.newest_inputs(conn, conversation_id, request.limit)
-        return user_inputs_answer(conversation_id, request.limit, request.max_chars, total, newest)
+                start = None if request.start is None else request.start.seq
+                newest = queries.newest_inputs(conn, conversation_id, request.limit + 1, start)
+        return user_inputs_answer(request, newest)
 
     def conversations(self, request: ConversationsRequest) -> dict[str, Any]:
         with self.handle.locked(LOCK_WAIT_SECONDS):
@@ -64,7 +66,7 @@ class IndexAnswers:
         synced = self._synced()
         with self.handle.locked(LOCK_WAIT_SECONDS):
             if not synced:
-                self._check_files(children_of=request.children_of)
+                self._check_files(request)
             with self.handle.connection() as conn:
                 rows = queries.conversations(conn, request, limit=request.limit + 1)
         return conversations_answer(request, rows)
@@ -80,12 +82,18 @@ class IndexAnswers:
             and watcher.watched == dir_identity(self.indexer.sessions_dir)
         )
 
-    def _check_files(self, *, children_of: str | None) -> None:
+    def _check_files(self, request: ConversationsRequest) -> None:
         """Without a synced watcher: compare the signatures of every file the answer could depend on."""
-        if children_of is None:
+        if request.ids is not None:
+            self.indexer.refresh(request.ids)
+            if request.scope != "descendants":  # a row's own file says whether it is a child
+                return
+        if request.scope == "all":
             self.indexer.reconcile()
             return
         self.indexer.refresh_listing()
+        tree = queries.children_ids if request.scope == "children" else queries.descendant_ids
+        assert request.source is not None
         with self.handle.connection() as conn:
-            children = queries.children_ids(conn, children_of)
-        self.indexer.refresh(children)
+            members = tree(conn, request.source)
+        self.indexer.refresh(members)

@@ -1,20 +1,37 @@
 """Reading the index. Each query touches only the rows its answer needs.
 
 Where an answer is made without the index (server.from_files), Python must select and order the
-sessions exactly as the SQL here does: `matches` and `answer_order` sit beside the SQL they mirror.
+sessions exactly as the SQL here does: `select` (with `descendant_depths`, `matches`, `answer_order`)
+sits beside the SQL it mirrors.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable
 
 from ccweb_index.indexer.row import COLUMNS, SessionRow
 from ccweb_index.indexer.store import IDS_PER_STATEMENT
-from ccweb_index.server.tools import ConversationsRequest, StoredInput
+from ccweb_index.server.tools import DESCENDANTS_MAX_DEPTH, ConversationsRequest, Listed, StoredInput
 
 # A direct child: created through MCP by the source conversation (not a branch, not a grandchild).
 _CHILD_OF = "created_from_source = ? AND created_from_kind = 'mcp'"
 _ANSWER_ORDER = "updated_at_ms DESC, id ASC"
+_NEWEST = 2**63 - 1  # above any input's seq
+_S_COLUMNS = ", ".join(f"s.{name}" for name in SessionRow._fields)
+# Scope "descendants": the children of the source, their children, and so on, each with its depth,
+# through the children index (migrations m001). Every session has one parent, so a session is reached
+# twice only along a cycle back through the source: the walk never leaves the source again, and
+# DESCENDANTS_MAX_DEPTH bounds the longest chain. Parameters: source, source, the depth bound.
+_TREE = f"""
+    WITH RECURSIVE tree({COLUMNS}, depth) AS (
+        SELECT {COLUMNS}, 1 FROM sessions WHERE {_CHILD_OF} AND good = 1
+        UNION ALL
+        SELECT {_S_COLUMNS}, tree.depth + 1 FROM tree JOIN sessions AS s
+            ON s.created_from_source = tree.id AND s.created_from_kind = 'mcp' AND s.good = 1
+        WHERE tree.id != ? AND tree.depth < ?
+    )
+"""
 
 
 def is_child_of(row: SessionRow, source: str) -> bool:
@@ -22,12 +39,29 @@ def is_child_of(row: SessionRow, source: str) -> bool:
     return row.created_from_source == source and row.created_from_kind == "mcp"
 
 
+def descendant_depths(rows: Iterable[SessionRow], source: str) -> dict[str, int]:
+    """`_TREE`, in Python: the depth of every session below `source`."""
+    children: dict[str, list[str]] = {}
+    for row in rows:
+        if row.created_from_kind == "mcp" and row.created_from_source is not None:
+            children.setdefault(row.created_from_source, []).append(row.id)
+    depths: dict[str, int] = {}
+    level, depth = [source], 0
+    while level and depth < DESCENDANTS_MAX_DEPTH:
+        depth += 1
+        level = [child for parent in level if depth == 1 or parent != source for child in children.get(parent, ())]
+        for child in level:
+            depths.setdefault(child, depth)
+    return depths
+
+
 def matches(row: SessionRow, request: ConversationsRequest) -> bool:
-    """`_where(request)`, in Python (for a readable session: `good = 1`)."""
+    """`_filters(request)`, in Python."""
     return (
-        (request.children_of is None or is_child_of(row, request.children_of))
-        and (request.agent_key is None or row.agent_key == request.agent_key)
+        (request.agent_key is None or row.agent_key == request.agent_key)
         and (request.status_key is None or row.status == request.status_key)
+        and (request.ids is None or row.id in request.ids)
+        and (request.after is None or answer_order(row) > (-request.after[0], request.after[1]))
     )
 
 
@@ -36,28 +70,54 @@ def answer_order(row: SessionRow) -> tuple[int, str]:
     return -row.updated_at_ms, row.id
 
 
-def _where(request: ConversationsRequest) -> tuple[str, list[object]]:
-    where = ["good = 1"]
+def select(rows: list[SessionRow], request: ConversationsRequest) -> list[Listed]:
+    """`conversations(conn, request, limit)`, in Python over the readable sessions, without the limit."""
+    if request.scope == "descendants":
+        assert request.source is not None
+        depths = descendant_depths(rows, request.source)
+        listed = [Listed(row, depths[row.id]) for row in rows if row.id in depths]
+    else:
+        source = request.source if request.scope == "children" else None
+        listed = [Listed(row) for row in rows if source is None or is_child_of(row, source)]
+    return sorted((item for item in listed if matches(item.row, request)), key=lambda item: answer_order(item.row))
+
+
+def _filters(request: ConversationsRequest) -> tuple[list[str], list[object]]:
+    where: list[str] = []
     params: list[object] = []
-    if request.children_of is not None:
-        where.append(_CHILD_OF)
-        params.append(request.children_of)
     if request.agent_key is not None:
         where.append("agent_key = ?")
         params.append(request.agent_key)
     if request.status_key is not None:
         where.append("status = ?")
         params.append(request.status_key)
-    return " AND ".join(where), params
+    if request.ids is not None:  # at most MAX_CONVERSATION_IDS, well within one statement's parameters
+        where.append(f"id IN ({','.join('?' * len(request.ids))})")
+        params += request.ids
+    if request.after is not None:
+        # The first term is a range of the order's index; the second keeps only what sorts after.
+        updated_at_ms, last_id = request.after
+        where.append("updated_at_ms <= ? AND (updated_at_ms < ? OR id > ?)")
+        params += [updated_at_ms, updated_at_ms, last_id]
+    return where, params
 
 
-def conversations(conn: sqlite3.Connection, request: ConversationsRequest, limit: int) -> list[SessionRow]:
+def conversations(conn: sqlite3.Connection, request: ConversationsRequest, limit: int) -> list[Listed]:
     """Up to `limit` sessions matching `request`, in answer order."""
-    where, params = _where(request)
-    cursor = conn.execute(
-        f"SELECT {COLUMNS} FROM sessions WHERE {where} ORDER BY {_ANSWER_ORDER} LIMIT ?", [*params, limit]
-    )
-    return list(map(SessionRow._make, cursor))
+    where, params = _filters(request)
+    if request.scope == "descendants":
+        sql = f"{_TREE} SELECT {COLUMNS}, depth FROM tree"
+        params = [request.source, request.source, DESCENDANTS_MAX_DEPTH, *params]
+    else:
+        sql = f"SELECT {COLUMNS}, NULL FROM sessions"
+        where.insert(0, "good = 1")
+        if request.scope == "children":
+            where.insert(1, _CHILD_OF)
+            params.insert(0, request.source)
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    cursor = conn.execute(f"{sql} ORDER BY {_ANSWER_ORDER} LIMIT ?", [*params, limit])
+    return [Listed(SessionRow._make(found[:-1]), found[-1]) for found in cursor]
 
 
 def good_rows(conn: sqlite3.Connection, session_ids: list[str]) -> list[SessionRow]:
@@ -77,19 +137,23 @@ def children_ids(conn: sqlite3.Connection, source: str) -> list[str]:
     return [row[0] for row in rows]
 
 
-def session_state(conn: sqlite3.Connection, session_id: str) -> tuple[bool, str | None, int] | None:
-    """(has a good version, current error, user input count) of one session, or None if not indexed."""
-    row = conn.execute(
-        "SELECT good, error, user_input_count FROM sessions WHERE id = ?", (session_id,)
-    ).fetchone()
-    return None if row is None else (bool(row[0]), row[1], row[2])
+def descendant_ids(conn: sqlite3.Connection, source: str) -> list[str]:
+    rows = conn.execute(f"{_TREE} SELECT id FROM tree", (source, source, DESCENDANTS_MAX_DEPTH)).fetchall()
+    return [row[0] for row in rows]
 
 
-def newest_inputs(conn: sqlite3.Connection, session_id: str, limit: int) -> list[StoredInput]:
+def session_state(conn: sqlite3.Connection, session_id: str) -> tuple[bool, str | None] | None:
+    """(has a good version, current error) of one session, or None if not indexed."""
+    row = conn.execute("SELECT good, error FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    return None if row is None else (bool(row[0]), row[1])
+
+
+def newest_inputs(conn: sqlite3.Connection, session_id: str, limit: int, start: int | None = None) -> list[StoredInput]:
+    """Up to `limit` inputs, newest first, from the one at `start` (its seq) or the newest."""
     rows = conn.execute(
-        "SELECT message_id, created_at_ms, content, original_chars FROM user_inputs WHERE session_id = ? "
-        "ORDER BY seq DESC LIMIT ?",
-        (session_id, limit),
+        "SELECT seq, message_id, created_at_ms, content, original_chars FROM user_inputs "
+        "WHERE session_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?",
+        (session_id, _NEWEST if start is None else start, limit),
     ).fetchall()
     return [StoredInput(*row) for row in rows]
 
