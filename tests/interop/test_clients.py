@@ -47,6 +47,18 @@ WITH_SOURCE: list[tuple[str, dict[str, Any]]] = [
     (CONVERSATIONS, {"scope": "children"}),
     (CONVERSATIONS, {"agent": "CODEX", "limit": 1}),
     (CONVERSATIONS, {"status": "no such status"}),
+    (CONVERSATIONS, {"scope": "descendants"}),  # depth in every row
+    (CONVERSATIONS, {"conversationIds": ["c1", "g1", "ghost"], "scope": "descendants", "limit": 1}),
+    (CONVERSATIONS, {"conversationIds": ["c1", "no/such id"]}),  # invalid_conversation_id
+    (CONVERSATIONS, {"conversationIds": [f"w{n}" for n in range(101)]}),  # too_many_conversation_ids
+    (CONVERSATIONS, {"scope": "children", "cursor": "not-a-cursor"}),  # invalid_cursor
+    (INPUTS, {"cursor": "bm90IGEgY3Vyc29y"}),  # invalid_cursor
+]
+# Followed to the end by their nextCursor, each page checked by the client against the outputSchema.
+PAGED: list[tuple[str, dict[str, Any]]] = [
+    (INPUTS, {"limit": 1, "maxChars": 4}),
+    (CONVERSATIONS, {"limit": 2}),
+    (CONVERSATIONS, {"scope": "descendants", "limit": 1}),
 ]
 # ... and for a client that was not told its conversation: sourceConversationId is null.
 WITHOUT_SOURCE: list[tuple[str, dict[str, Any]]] = [
@@ -54,7 +66,10 @@ WITHOUT_SOURCE: list[tuple[str, dict[str, Any]]] = [
     (CONVERSATIONS, {"scope": "children"}),  # missing_source_conversation
     (CONVERSATIONS, {"limit": 2}),
 ]
-ERROR_CODES = {"invalid_conversation_id", "conversation_not_found", "conversation_unreadable", "missing_source_conversation"}
+ERROR_CODES = {
+    "invalid_conversation_id", "conversation_not_found", "conversation_unreadable", "missing_source_conversation",
+    "invalid_cursor", "too_many_conversation_ids",
+}  # fmt: skip
 
 
 def write_corpus(corpus: Corpus) -> None:
@@ -62,6 +77,7 @@ def write_corpus(corpus: Corpus) -> None:
     corpus.write(SOURCE, session("plan the release", "now ship it ✅", updated="2026-11-20T00:00:00Z"))
     corpus.write("c1", session("write the notes", updated="2026-11-22T00:00:00Z", created_from=child))
     corpus.write("c2", session("fix 测试", agent="codex", updated="2026-11-23T00:00:00Z", created_from=child))
+    corpus.write("g1", session("a worker's worker", updated="2026-11-21T00:00:00Z", created_from={"kind": "mcp", "sourceSessionId": "c1"}))
     corpus.write("fork", session("try B", updated="2026-11-24T00:00:00Z", created_from={"kind": "branch", "sourceSessionId": SOURCE}))
     corpus.write("broken", b'{"messages": [')
 
@@ -71,14 +87,18 @@ def expected(corpus: Corpus, tool: str, arguments: dict[str, Any], source: str |
     return oracle(str(corpus.path), arguments, source)
 
 
-def check(client: Client, corpus: Corpus, tool: str, arguments: dict[str, Any], source: str | None) -> dict[str, Any]:
-    """One call through the client: it must reach the caller as the reference says, error or not."""
+def check(
+    client: Client, corpus: Corpus, tool: str, arguments: dict[str, Any], source: str | None,
+    reference_arguments: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One call through the client: it must reach the caller as the reference says, error or not.
+    `reference_arguments`: the reference's, when they differ (its own cursor)."""
     answer = client.send({"op": "call", "name": tool, "arguments": arguments})
     assert answer["ok"], f"the {client.name} client lost this answer: {tool} {arguments}: {answer['error']}"
     result = types.CallToolResult.model_validate(answer["result"])
     problem, payload = answer_of(result)
     assert problem is None, f"{client.name}, {tool} {arguments}: {problem}"
-    same_answer((payload, bool(result.is_error)), expected(corpus, tool, arguments, source))
+    same_answer((payload, bool(result.is_error)), expected(corpus, tool, reference_arguments or arguments, source))
     return payload
 
 
@@ -96,7 +116,23 @@ def run_cases(client: Client, corpus: Corpus, cases: list[tuple[str, dict[str, A
         payload = check(client, corpus, tool, arguments, source)
         if "error" in payload:
             codes.add(payload["error"]["code"])
+    if source is not None:
+        for tool, arguments in PAGED:
+            run_pages(client, corpus, tool, arguments, source)
     return codes
+
+
+def run_pages(client: Client, corpus: Corpus, tool: str, arguments: dict[str, Any], source: str) -> None:
+    """Page to the end through the client; the reference follows its own cursors alongside."""
+    oracle = reference.list_user_inputs if tool == INPUTS else reference.list_conversations
+    ours, theirs = dict(arguments), dict(arguments)
+    for _ in range(20):
+        payload = check(client, corpus, tool, ours, source, theirs)
+        if payload["nextCursor"] is None:
+            return
+        ours["cursor"] = payload["nextCursor"]
+        theirs["cursor"] = oracle(str(corpus.path), theirs, source)[0]["nextCursor"]
+    raise AssertionError(f"{tool} {arguments}: the pages never ended")
 
 
 @pytest.fixture
