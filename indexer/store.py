@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from ccweb_index.indexer import tree
 from ccweb_index.indexer.files import Signature
 from ccweb_index.indexer.load import Loaded
 from ccweb_index.indexer.row import COLUMNS, PLACEHOLDERS
@@ -39,6 +40,8 @@ def stored_signatures(conn: sqlite3.Connection, ids: list[str] | None = None) ->
 def record_loaded(conn: sqlite3.Connection, loaded: list[Loaded]) -> None:
     """Write a batch of freshly read files: parsed ones replace their rows, unreadable ones are noted."""
     parsed = sorted((item for item in loaded if item.row is not None), key=lambda item: item.session_id)
+    ids = [item.session_id for item in parsed]
+    edges = tree.edges(conn, ids)
     conn.executemany(
         _REPLACE_PARSED,
         [
@@ -53,6 +56,7 @@ def record_loaded(conn: sqlite3.Connection, loaded: list[Loaded]) -> None:
         "VALUES (?, ?, ?, ?, ?, ?)",
         [(item.session_id, *row) for item in parsed for row in item.inputs],
     )
+    tree.update(conn, edges, ids)
     for item in loaded:
         if item.row is None:
             record_unreadable(conn, item.session_id, item.sig, item.racy, item.error or "")
@@ -72,5 +76,7 @@ def record_unreadable(conn: sqlite3.Connection, session_id: str, sig: Signature,
 
 
 def forget(conn: sqlite3.Connection, session_ids: list[str]) -> None:
+    edges = tree.edges(conn, session_ids)
     conn.executemany("DELETE FROM sessions WHERE id = ?", [(i,) for i in session_ids])
     conn.executemany("DELETE FROM user_inputs WHERE session_id = ?", [(i,) for i in session_ids])
+    tree.update(conn, edges, session_ids)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sqlite_utils import Database, Migrations
 
+from ccweb_index.indexer import tree
 from ccweb_index.indexer.stored import STORED_CHARS_KEY, STORED_INPUT_CHARS, stored_head
 
 migrations = Migrations("ccweb-index")
@@ -89,3 +90,11 @@ def m004_input_heads(db: Database) -> None:
     db.execute("ALTER TABLE user_inputs ADD COLUMN original_chars INTEGER NOT NULL DEFAULT 0")
     db.execute("UPDATE user_inputs SET original_chars = ccweb_chars(content), content = ccweb_head(content)")
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (STORED_CHARS_KEY, STORED_INPUT_CHARS))
+
+
+@migrations()
+def m005_tree_links(db: Database) -> None:
+    # Each readable session's MCP ancestors, in answer order per ancestor (indexer.tree), so that
+    # scope "descendants" reads one range like scope "children" does, however large the tree.
+    tree.create(db.conn)
+    tree.relink_all(db.conn)

@@ -12,26 +12,17 @@ from collections.abc import Iterable
 
 from ccweb_index.indexer.row import COLUMNS, SessionRow
 from ccweb_index.indexer.store import IDS_PER_STATEMENT
-from ccweb_index.server.tools import DESCENDANTS_MAX_DEPTH, ConversationsRequest, Listed, StoredInput
+from ccweb_index.indexer.tree import DESCENDANTS_MAX_DEPTH
+from ccweb_index.server.tools import ConversationsRequest, Listed, StoredInput
 
 # A direct child: created through MCP by the source conversation (not a branch, not a grandchild).
 _CHILD_OF = "created_from_source = ? AND created_from_kind = 'mcp'"
-_ANSWER_ORDER = "updated_at_ms DESC, id ASC"
 _NEWEST = 2**63 - 1  # above any input's seq
 _S_COLUMNS = ", ".join(f"s.{name}" for name in SessionRow._fields)
-# Scope "descendants": the children of the source, their children, and so on, each with its depth,
-# through the children index (migrations m001). Every session has one parent, so a session is reached
-# twice only along a cycle back through the source: the walk never leaves the source again, and
-# DESCENDANTS_MAX_DEPTH bounds the longest chain. Parameters: source, source, the depth bound.
-_TREE = f"""
-    WITH RECURSIVE tree({COLUMNS}, depth) AS (
-        SELECT {COLUMNS}, 1 FROM sessions WHERE {_CHILD_OF} AND good = 1
-        UNION ALL
-        SELECT {_S_COLUMNS}, tree.depth + 1 FROM tree JOIN sessions AS s
-            ON s.created_from_source = tree.id AND s.created_from_kind = 'mcp' AND s.good = 1
-        WHERE tree.id != ? AND tree.depth < ?
-    )
-"""
+# Scope "descendants": the source's links (indexer.tree), one range in answer order, as for children.
+_DESCENDANTS = (
+    f"SELECT {_S_COLUMNS}, tree_links.depth FROM tree_links JOIN sessions AS s ON s.id = tree_links.descendant"
+)
 
 
 def is_child_of(row: SessionRow, source: str) -> bool:
@@ -40,7 +31,10 @@ def is_child_of(row: SessionRow, source: str) -> bool:
 
 
 def descendant_depths(rows: Iterable[SessionRow], source: str) -> dict[str, int]:
-    """`_TREE`, in Python: the depth of every session below `source`."""
+    """The links of indexer.tree, walked down from `source` in Python: the depth of every session below it.
+
+    Every session has one parent, so a walk can come back to a session only along a cycle through the
+    source: the walk never goes on from the source again."""
     children: dict[str, list[str]] = {}
     for row in rows:
         if row.created_from_kind == "mcp" and row.created_from_source is not None:
@@ -66,7 +60,7 @@ def matches(row: SessionRow, request: ConversationsRequest) -> bool:
 
 
 def answer_order(row: SessionRow) -> tuple[int, str]:
-    """`_ANSWER_ORDER`, in Python: most recently updated first, then by id."""
+    """The answer's order, in Python: most recently updated first, then by id."""
     return -row.updated_at_ms, row.id
 
 
@@ -82,7 +76,9 @@ def select(rows: list[SessionRow], request: ConversationsRequest) -> list[Listed
     return sorted((item for item in listed if matches(item.row, request)), key=lambda item: answer_order(item.row))
 
 
-def _filters(request: ConversationsRequest) -> tuple[list[str], list[object]]:
+def _filters(request: ConversationsRequest, key: tuple[str, str]) -> tuple[list[str], list[object]]:
+    """`key`: the columns of the sort key (updated_at_ms and the id) to page on."""
+    updated, ident = key
     where: list[str] = []
     params: list[object] = []
     if request.agent_key is not None:
@@ -92,31 +88,32 @@ def _filters(request: ConversationsRequest) -> tuple[list[str], list[object]]:
         where.append("status = ?")
         params.append(request.status_key)
     if request.ids is not None:  # at most MAX_CONVERSATION_IDS, well within one statement's parameters
-        where.append(f"id IN ({','.join('?' * len(request.ids))})")
+        where.append(f"{ident} IN ({','.join('?' * len(request.ids))})")
         params += request.ids
     if request.after is not None:
         # The first term is a range of the order's index; the second keeps only what sorts after.
         updated_at_ms, last_id = request.after
-        where.append("updated_at_ms <= ? AND (updated_at_ms < ? OR id > ?)")
+        where.append(f"{updated} <= ? AND ({updated} < ? OR {ident} > ?)")
         params += [updated_at_ms, updated_at_ms, last_id]
     return where, params
 
 
 def conversations(conn: sqlite3.Connection, request: ConversationsRequest, limit: int) -> list[Listed]:
     """Up to `limit` sessions matching `request`, in answer order."""
-    where, params = _filters(request)
     if request.scope == "descendants":
-        sql = f"{_TREE} SELECT {COLUMNS}, depth FROM tree"
-        params = [request.source, request.source, DESCENDANTS_MAX_DEPTH, *params]
+        key = ("tree_links.updated_at_ms", "tree_links.descendant")
+        where, params = _filters(request, key)
+        sql = f"{_DESCENDANTS} WHERE tree_links.ancestor = ?"
+        params.insert(0, request.source)
     else:
-        sql = f"SELECT {COLUMNS}, NULL FROM sessions"
-        where.insert(0, "good = 1")
+        key = ("updated_at_ms", "id")
+        where, params = _filters(request, key)
+        sql = f"SELECT {COLUMNS}, NULL FROM sessions WHERE good = 1"
         if request.scope == "children":
-            where.insert(1, _CHILD_OF)
+            sql += f" AND {_CHILD_OF}"
             params.insert(0, request.source)
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    cursor = conn.execute(f"{sql} ORDER BY {_ANSWER_ORDER} LIMIT ?", [*params, limit])
+    sql += "".join(f" AND {term}" for term in where)
+    cursor = conn.execute(f"{sql} ORDER BY {key[0]} DESC, {key[1]} ASC LIMIT ?", [*params, limit])
     return [Listed(SessionRow._make(found[:-1]), found[-1]) for found in cursor]
 
 
@@ -138,7 +135,7 @@ def children_ids(conn: sqlite3.Connection, source: str) -> list[str]:
 
 
 def descendant_ids(conn: sqlite3.Connection, source: str) -> list[str]:
-    rows = conn.execute(f"{_TREE} SELECT id FROM tree", (source, source, DESCENDANTS_MAX_DEPTH)).fetchall()
+    rows = conn.execute("SELECT descendant FROM tree_links WHERE ancestor = ?", (source,)).fetchall()
     return [row[0] for row in rows]
 
 

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from ccweb_index.indexer.row import SessionRow
 from ccweb_index.indexer.sessionfile import format_time, is_valid_id
 from ccweb_index.indexer.stored import STORED_INPUT_CHARS
+from ccweb_index.indexer.tree import DESCENDANTS_MAX_DEPTH
 from ccweb_index.server import cursor
 
 LIST_USER_INPUTS = "ccweb_list_user_inputs"
@@ -25,9 +26,6 @@ CONVERSATIONS_LIMIT = (1, 100, 20)
 SCOPES = ("all", "children", "descendants")
 # How many ids one conversationIds lookup takes: as many as the largest page.
 MAX_CONVERSATION_IDS = CONVERSATIONS_LIMIT[1]
-# How deep scope "descendants" walks: a conversation deeper below the source is not listed. Far beyond
-# any real tree of workers; it bounds the walk through a hostile chain of files.
-DESCENDANTS_MAX_DEPTH = 64
 
 
 class ToolError(Exception):

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
+from ccweb_index.indexer.tree import DESCENDANTS_MAX_DEPTH
 from ccweb_index.server.service import Service
-from ccweb_index.server.tools import DESCENDANTS_MAX_DEPTH, MAX_CONVERSATION_IDS
+from ccweb_index.server.tools import MAX_CONVERSATION_IDS
 
 import reference
 from conftest import Corpus, StdioClient, session, stdio_client_for
@@ -298,6 +299,23 @@ def test_descendants_see_every_change_without_a_watcher(corpus: Corpus, tmp_path
         assert [row["conversationId"] for row in lookup.payload["conversations"]] == ["a1x"]
     finally:
         service.close()
+
+
+def test_a_subtree_that_moves_moves_whole(client: StdioClient, corpus: Corpus) -> None:
+    """The index's links follow an edge that changes, for everything below it."""
+    corpus.write(SOURCE, session("orchestrate"))
+    corpus.write("elsewhere", session("another orchestrator"))
+    write_child(corpus, "a", SOURCE, updated=1)
+    write_child(corpus, "a1", "a", updated=2)
+    write_child(corpus, "a11", "a1", updated=3)
+    write_child(corpus, "b", SOURCE, updated=4)
+    assert len(same_as_reference(client, corpus, {"scope": "descendants"}, [2])) == 4
+    write_child(corpus, "a1", "elsewhere", updated=5)  # a1 and a11 move under another orchestrator
+    rows = same_as_reference(client, corpus, {"scope": "descendants"}, [2])
+    assert [row["conversationId"] for row in rows] == ["b", "a"]
+    corpus.write("elsewhere", session("now a worker", created_from=mcp_child_of("b")), how="atomic")
+    rows = same_as_reference(client, corpus, {"scope": "descendants"}, [3])
+    assert {row["conversationId"]: row["depth"] for row in rows} == {"a": 1, "b": 1, "elsewhere": 2, "a1": 3, "a11": 4}
 
 
 # --- lookups by id ----------------------------------------------------------------------------
