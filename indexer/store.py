@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import astuple, dataclass
 
+from ccweb_index.indexer import tree
 from ccweb_index.indexer.files import Signature
 from ccweb_index.indexer.load import Loaded
 from ccweb_index.indexer.row import COLUMNS, PLACEHOLDERS, SessionRow
@@ -64,6 +65,8 @@ def record_loaded(conn: sqlite3.Connection, loaded: list[Loaded]) -> None:
     A file resumed from a checkpoint (`base`) keeps its inputs before `base.inputs`: the caller has
     checked that the index still holds the version that checkpoint describes."""
     parsed = sorted((item for item in loaded if item.row is not None), key=lambda item: item.session_id)
+    ids = [item.session_id for item in parsed]
+    edges = tree.edges(conn, ids)
     conn.executemany(
         _REPLACE_PARSED,
         [
@@ -86,6 +89,7 @@ def record_loaded(conn: sqlite3.Connection, loaded: list[Loaded]) -> None:
         "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         [(item.session_id, *astuple(item.checkpoint)) for item in parsed if item.checkpoint is not None],
     )
+    tree.update(conn, edges, ids)
     for item in loaded:
         if item.row is None:
             record_unreadable(conn, item.session_id, item.sig, item.racy, item.error or "")
@@ -105,6 +109,8 @@ def record_unreadable(conn: sqlite3.Connection, session_id: str, sig: Signature,
 
 
 def forget(conn: sqlite3.Connection, session_ids: list[str]) -> None:
+    edges = tree.edges(conn, session_ids)
     conn.executemany("DELETE FROM sessions WHERE id = ?", [(i,) for i in session_ids])
     conn.executemany("DELETE FROM user_inputs WHERE session_id = ?", [(i,) for i in session_ids])
     conn.executemany("DELETE FROM checkpoints WHERE session_id = ?", [(i,) for i in session_ids])
+    tree.update(conn, edges, session_ids)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sqlite_utils import Database, Migrations
 
+from ccweb_index.indexer import tree
 from ccweb_index.indexer.stored import STORED_CHARS_KEY, STORED_INPUT_CHARS, stored_head
 
 migrations = Migrations("ccweb-index")
@@ -175,3 +176,11 @@ def m006_changes(db: Database) -> None:
         """
     )
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('index_id', lower(hex(randomblob(8))))")
+
+
+@migrations()
+def m007_tree_links(db: Database) -> None:
+    # Each readable session's MCP ancestors, in answer order per ancestor (indexer.tree), so that
+    # scope "descendants" reads one range like scope "children" does, however large the tree.
+    tree.create(db.conn)
+    tree.relink_all(db.conn)

@@ -119,10 +119,17 @@ class ChangeHub:
                 waiter.wake()  # the index was replaced: the wait finds out what that means for it
             elif waiter in behind:
                 news = None if changes is None else [c for c in changes if c.seq > waiter.seen.seq]
-                if news is None or any(queries.change_selected(c, waiter.selection) for c in news):
+                if news is None or self._selected(conn, news, waiter):
                     waiter.wake()
                 else:
                     waiter.seen = position
+
+    @staticmethod
+    def _selected(conn: sqlite3.Connection, news: list[queries.Change], waiter: Waiter) -> bool:
+        try:
+            return bool(queries.selected_changes(conn, news, waiter.selection))
+        except sqlite3.Error:  # the tree could not be read now: the wait looks for itself
+            return True
 
     def _connection(self) -> sqlite3.Connection:
         """A read-only connection of the hub's own, to the index file at the path now (a replaced

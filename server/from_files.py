@@ -1,7 +1,7 @@
 """Answers from the session files directly, for when the index cannot be used (docs/reliability.md).
 
 They are made with the same code that fills the index (`indexer.load`) and select and order as the
-index's queries do (`server.queries.matches`, `answer_order`), so the answer is the same. A file
+index's queries do (`server.queries.select`), so the answer is the same. A file
 that is unreadable now stands in with its last good version, read from the index on a read-only
 connection of its own when the index is still readable.
 
@@ -66,16 +66,18 @@ class FileAnswers:
         loaded = load_session(self.sessions_dir, conversation_id, self.max_session_bytes)
         if loaded is None:
             raise not_found(conversation_id)
+        start = None if request.start is None else request.start.seq
         if loaded.error is None:
-            total = len(loaded.inputs)
-            newest = [StoredInput(*item[1:]) for item in reversed(loaded.inputs[-request.limit :])]
+            # As queries.newest_inputs: inputs[seq] is the input at seq.
+            end = len(loaded.inputs) if start is None else max(0, min(start + 1, len(loaded.inputs)))
+            newest = [StoredInput(*item) for item in reversed(loaded.inputs[max(0, end - request.limit - 1) : end])]
         else:
             self.unreadable.note(loaded)
-            good = self._last_good_inputs(conversation_id, request.limit) if use_index else None
+            good = self._last_good_inputs(conversation_id, request.limit + 1, start) if use_index else None
             if good is None:
                 raise unreadable(conversation_id, loaded.error)
-            total, newest = good
-        return user_inputs_answer(conversation_id, request.limit, request.max_chars, total, newest)
+            newest = good
+        return user_inputs_answer(request, newest)
 
     def conversations(self, request: ConversationsRequest, use_index: bool) -> dict[str, Any]:
         # The index's position, read before the files: what the index has not caught up with yet is
@@ -84,8 +86,7 @@ class FileAnswers:
         rows, bad = self._pass.result()
         if bad and use_index:
             rows = rows + (self._read_index(lambda conn: queries.good_rows(conn, bad)) or [])
-        matching = sorted((row for row in rows if queries.matches(row, request)), key=queries.answer_order)
-        return conversations_answer(request, matching[: request.limit + 1], position)
+        return conversations_answer(request, queries.select(rows, request)[: request.limit + 1], position)
 
     def wait_check(self, check: WaitCheck, use_index: bool) -> WaitState:
         """Without the index nothing tells what changed: the wait polls until the index is back,
@@ -120,12 +121,12 @@ class FileAnswers:
                 rows.append(loaded.row)
         return rows, bad
 
-    def _last_good_inputs(self, session_id: str, limit: int) -> tuple[int, list[StoredInput]] | None:
-        def read(conn: sqlite3.Connection) -> tuple[int, list[StoredInput]] | None:
+    def _last_good_inputs(self, session_id: str, limit: int, start: int | None) -> list[StoredInput] | None:
+        def read(conn: sqlite3.Connection) -> list[StoredInput] | None:
             state = queries.session_state(conn, session_id)
             if state is None or not state[0]:
                 return None
-            return state[2], queries.newest_inputs(conn, session_id, limit)
+            return queries.newest_inputs(conn, session_id, limit, start)
 
         return self._read_index(read)
 

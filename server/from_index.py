@@ -5,10 +5,11 @@
 - ccweb_list_conversations depends on the directory. With a synced watcher (see indexer.watch),
   every change before the call is already in the index. Without one, every file's signature is
   compared (a stat each; reads only for files that moved, are racy, or could not be read now),
-  whatever the scope: a session becomes a child not only when it is created (which changes the
-  directory) but also when it is rewritten in place to name its source, or when the write that
-  creates it truncates first and fills the file afterwards (Node's `fs.writeFile`), and only a
-  stat of that file shows either (docs/design.md; the cost is in docs/benchmarks.md).
+  whatever the scope, the ids or the filters: a session becomes a child (and joins a tree) not only
+  when it is created (which changes the directory) but also when it is rewritten in place to name
+  its source, or when the write that creates it truncates first and fills the file afterwards
+  (Node's `fs.writeFile`), and only a stat of that file shows either (docs/design.md; the cost is
+  in docs/benchmarks.md).
 
 Before either, `Indexer.ready` makes sure the index is the one at the path (indexer.handle). Index
 failures come out as the types of indexer.errors, for the service to answer from the files instead.
@@ -73,11 +74,12 @@ class IndexAnswers:
                 state = queries.session_state(conn, conversation_id)
                 if state is None and not_now is None:
                     raise not_found(conversation_id)
-                good, error, total = state or (False, None, 0)
+                good, error = state or (False, None)
                 if not good:  # a file that exists but cannot be read now is not "not found"
                     raise unreadable(conversation_id, not_now or error or "unknown reason")
-                newest = queries.newest_inputs(conn, conversation_id, request.limit)
-        return user_inputs_answer(conversation_id, request.limit, request.max_chars, total, newest)
+                start = None if request.start is None else request.start.seq
+                newest = queries.newest_inputs(conn, conversation_id, request.limit + 1, start)
+        return user_inputs_answer(request, newest)
 
     def conversations(self, request: ConversationsRequest) -> dict[str, Any]:
         with self.handle.deadline(LOCK_WAIT_SECONDS):
@@ -98,7 +100,7 @@ class IndexAnswers:
                 foreign = since.index_id != position.index_id or since.seq > position.seq
                 changes = None if foreign else queries.changes_after(conn, since.seq, position.seq)
                 reset = changes is None  # another index, a rebuilt one, or older than the log keeps
-                changed = [] if changes is None else queries.selected_changes(changes, selection)
+                changed = [] if changes is None else queries.selected_changes(conn, changes, selection)
                 if not (reset or changed or check.final):
                     return WaitState(position, None, synced)
                 rows = queries.conversations(conn, selection, limit=selection.limit + 1)

@@ -1,28 +1,37 @@
 """Reading the index. Each query touches only the rows its answer needs.
 
 Where an answer is made without the index (server.from_files), Python must select and order the
-sessions exactly as the SQL here does: `matches` and `answer_order` sit beside the SQL they mirror.
+sessions exactly as the SQL here does: `select` (with `descendant_depths`, `matches`, `answer_order`)
+sits beside the SQL it mirrors.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Iterable
 from typing import NamedTuple, Protocol
 
 from ccweb_index.indexer.row import COLUMNS, SessionRow
 from ccweb_index.indexer.store import IDS_PER_STATEMENT
+from ccweb_index.indexer.tree import DESCENDANTS_MAX_DEPTH
 from ccweb_index.server.tools import (
     UNKNOWN_POSITION,
     Changed,
     ChangePosition,
     ConversationsRequest,
+    Listed,
     StoredInput,
 )
 
 # A direct child: created through MCP by the source conversation (not a branch, not a grandchild).
 _CHILD_OF = "created_from_source = ? AND created_from_kind = 'mcp'"
-_ANSWER_ORDER = "updated_at_ms DESC, id ASC"
+_NEWEST = 2**63 - 1  # above any input's seq
+_S_COLUMNS = ", ".join(f"s.{name}" for name in SessionRow._fields)
+# Scope "descendants": the source's links (indexer.tree), one range in answer order, as for children.
+_DESCENDANTS = (
+    f"SELECT {_S_COLUMNS}, tree_links.depth FROM tree_links JOIN sessions AS s ON s.id = tree_links.descendant"
+)
 
 
 class Selectable(Protocol):
@@ -43,42 +52,97 @@ def is_child_of(row: Selectable, source: str) -> bool:
     return row.created_from_source == source and row.created_from_kind == "mcp"
 
 
-def matches(row: Selectable, request: ConversationsRequest) -> bool:
-    """`_where(request)`, in Python (for a readable session: `good = 1`)."""
+def descendant_depths(rows: Iterable[SessionRow], source: str) -> dict[str, int]:
+    """The links of indexer.tree, walked down from `source` in Python: the depth of every session below it.
+
+    Every session has one parent, so a walk can come back to a session only along a cycle through the
+    source: the walk never goes on from the source again."""
+    children: dict[str, list[str]] = {}
+    for row in rows:
+        if row.created_from_kind == "mcp" and row.created_from_source is not None:
+            children.setdefault(row.created_from_source, []).append(row.id)
+    depths: dict[str, int] = {}
+    level, depth = [source], 0
+    while level and depth < DESCENDANTS_MAX_DEPTH:
+        depth += 1
+        level = [child for parent in level if depth == 1 or parent != source for child in children.get(parent, ())]
+        for child in level:
+            depths.setdefault(child, depth)
+    return depths
+
+
+def in_filters(facts: Selectable, request: ConversationsRequest) -> bool:
+    """The agent and status terms of `_filters(request)`, in Python."""
+    return (request.agent_key is None or facts.agent_key == request.agent_key) and (
+        request.status_key is None or facts.status == request.status_key
+    )
+
+
+def matches(row: SessionRow, request: ConversationsRequest) -> bool:
+    """`_filters(request)`, in Python."""
     return (
-        (request.children_of is None or is_child_of(row, request.children_of))
-        and (request.agent_key is None or row.agent_key == request.agent_key)
-        and (request.status_key is None or row.status == request.status_key)
+        in_filters(row, request)
+        and (request.ids is None or row.id in request.ids)
+        and (request.after is None or answer_order(row) > (-request.after[0], request.after[1]))
     )
 
 
 def answer_order(row: SessionRow) -> tuple[int, str]:
-    """`_ANSWER_ORDER`, in Python: most recently updated first, then by id."""
+    """The answer's order, in Python: most recently updated first, then by id."""
     return -row.updated_at_ms, row.id
 
 
-def _where(request: ConversationsRequest) -> tuple[str, list[object]]:
-    where = ["good = 1"]
+def select(rows: list[SessionRow], request: ConversationsRequest) -> list[Listed]:
+    """`conversations(conn, request, limit)`, in Python over the readable sessions, without the limit."""
+    if request.scope == "descendants":
+        assert request.source is not None
+        depths = descendant_depths(rows, request.source)
+        listed = [Listed(row, depths[row.id]) for row in rows if row.id in depths]
+    else:
+        source = request.source if request.scope == "children" else None
+        listed = [Listed(row) for row in rows if source is None or is_child_of(row, source)]
+    return sorted((item for item in listed if matches(item.row, request)), key=lambda item: answer_order(item.row))
+
+
+def _filters(request: ConversationsRequest, key: tuple[str, str]) -> tuple[list[str], list[object]]:
+    """`key`: the columns of the sort key (updated_at_ms and the id) to page on."""
+    updated, ident = key
+    where: list[str] = []
     params: list[object] = []
-    if request.children_of is not None:
-        where.append(_CHILD_OF)
-        params.append(request.children_of)
     if request.agent_key is not None:
         where.append("agent_key = ?")
         params.append(request.agent_key)
     if request.status_key is not None:
         where.append("status = ?")
         params.append(request.status_key)
-    return " AND ".join(where), params
+    if request.ids is not None:  # at most MAX_CONVERSATION_IDS, well within one statement's parameters
+        where.append(f"{ident} IN ({','.join('?' * len(request.ids))})")
+        params += request.ids
+    if request.after is not None:
+        # The first term is a range of the order's index; the second keeps only what sorts after.
+        updated_at_ms, last_id = request.after
+        where.append(f"{updated} <= ? AND ({updated} < ? OR {ident} > ?)")
+        params += [updated_at_ms, updated_at_ms, last_id]
+    return where, params
 
 
-def conversations(conn: sqlite3.Connection, request: ConversationsRequest, limit: int) -> list[SessionRow]:
+def conversations(conn: sqlite3.Connection, request: ConversationsRequest, limit: int) -> list[Listed]:
     """Up to `limit` sessions matching `request`, in answer order."""
-    where, params = _where(request)
-    cursor = conn.execute(
-        f"SELECT {COLUMNS} FROM sessions WHERE {where} ORDER BY {_ANSWER_ORDER} LIMIT ?", [*params, limit]
-    )
-    return list(map(SessionRow._make, cursor))
+    if request.scope == "descendants":
+        key = ("tree_links.updated_at_ms", "tree_links.descendant")
+        where, params = _filters(request, key)
+        sql = f"{_DESCENDANTS} WHERE tree_links.ancestor = ?"
+        params.insert(0, request.source)
+    else:
+        key = ("updated_at_ms", "id")
+        where, params = _filters(request, key)
+        sql = f"SELECT {COLUMNS}, NULL FROM sessions WHERE good = 1"
+        if request.scope == "children":
+            sql += f" AND {_CHILD_OF}"
+            params.insert(0, request.source)
+    sql += "".join(f" AND {term}" for term in where)
+    cursor = conn.execute(f"{sql} ORDER BY {key[0]} DESC, {key[1]} ASC LIMIT ?", [*params, limit])
+    return [Listed(SessionRow._make(found[:-1]), found[-1]) for found in cursor]
 
 
 def good_rows(conn: sqlite3.Connection, session_ids: list[str]) -> list[SessionRow]:
@@ -93,19 +157,23 @@ def good_rows(conn: sqlite3.Connection, session_ids: list[str]) -> list[SessionR
     return out
 
 
-def session_state(conn: sqlite3.Connection, session_id: str) -> tuple[bool, str | None, int] | None:
-    """(has a good version, current error, user input count) of one session, or None if not indexed."""
-    row = conn.execute(
-        "SELECT good, error, user_input_count FROM sessions WHERE id = ?", (session_id,)
-    ).fetchone()
-    return None if row is None else (bool(row[0]), row[1], row[2])
+def descendant_ids(conn: sqlite3.Connection, source: str) -> list[str]:
+    rows = conn.execute("SELECT descendant FROM tree_links WHERE ancestor = ?", (source,)).fetchall()
+    return [row[0] for row in rows]
 
 
-def newest_inputs(conn: sqlite3.Connection, session_id: str, limit: int) -> list[StoredInput]:
+def session_state(conn: sqlite3.Connection, session_id: str) -> tuple[bool, str | None] | None:
+    """(has a good version, current error) of one session, or None if not indexed."""
+    row = conn.execute("SELECT good, error FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    return None if row is None else (bool(row[0]), row[1])
+
+
+def newest_inputs(conn: sqlite3.Connection, session_id: str, limit: int, start: int | None = None) -> list[StoredInput]:
+    """Up to `limit` inputs, newest first, from the one at `start` (its seq) or the newest."""
     rows = conn.execute(
-        "SELECT message_id, created_at_ms, content, original_chars FROM user_inputs WHERE session_id = ? "
-        "ORDER BY seq DESC LIMIT ?",
-        (session_id, limit),
+        "SELECT seq, message_id, created_at_ms, content, original_chars FROM user_inputs "
+        "WHERE session_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?",
+        (session_id, _NEWEST if start is None else start, limit),
     ).fetchall()
     return [StoredInput(*row) for row in rows]
 
@@ -129,7 +197,7 @@ def unreadable(conn: sqlite3.Connection) -> list[tuple[str, str, bool]]:
     return [(row[0], row[1], bool(row[2])) for row in rows]
 
 
-# --- the change sequence (migrations m005): what a changeToken stands for ------------------------
+# --- the change sequence (migration m006_changes): what a changeToken stands for ------------------------
 
 _INDEX_ID = re.compile(r"[0-9a-f]{16}")
 
@@ -184,18 +252,53 @@ def changes_after(conn: sqlite3.Connection, after: int, upto: int) -> list[Chang
     return changes
 
 
-def change_selected(change: Change, request: ConversationsRequest) -> bool:
-    """A change concerns a selection when the session matched it before or after: one that enters
-    or leaves a filter (or, deleted, the list) is reported. The one place a wait decides what it
-    watches; a selection that needs more than the session's own facts must extend it."""
-    return any(facts is not None and matches(facts, request) for facts in (change.before, change.after))
+def selected_changes(conn: sqlite3.Connection, changes: list[Change], request: ConversationsRequest) -> list[Changed]:
+    """The changes that concern a selection: each selected session once, most recent change first,
+    deleted if its last change deleted it. The one place a wait decides what it watches.
 
-
-def selected_changes(changes: list[Change], request: ConversationsRequest) -> list[Changed]:
-    """Each selected session once, most recent change first, deleted if its last change deleted it."""
+    A change concerns a selection when the session matched it before or after (one that enters or
+    leaves a filter, the tree, or, deleted, the list is reported), its id among conversationIds if
+    those are given."""
+    tree = _watched_tree(conn, changes, request) if request.scope == "descendants" else frozenset()
     latest: dict[str, Change] = {}
     for change in changes:
-        if change_selected(change, request):
+        if request.ids is not None and change.session_id not in request.ids:
+            continue
+        if any(facts is not None and _selects(facts, request, tree) for facts in (change.before, change.after)):
             latest.pop(change.session_id, None)
             latest[change.session_id] = change
     return [Changed(change.session_id, change.after is None) for change in reversed(latest.values())]
+
+
+def _selects(facts: Facts, request: ConversationsRequest, tree: frozenset[str]) -> bool:
+    """Whether a session with these facts is in the selection's scope and filters (`tree`: the source
+    and every session below it, for scope "descendants")."""
+    if not in_filters(facts, request):
+        return False
+    if request.scope == "all":
+        return True
+    assert request.source is not None
+    if request.scope == "children":
+        return is_child_of(facts, request.source)
+    return facts.created_from_kind == "mcp" and facts.created_from_source in tree
+
+
+def _watched_tree(conn: sqlite3.Connection, changes: list[Change], request: ConversationsRequest) -> frozenset[str]:
+    """The source and every session below it now (tree_links), and every session a change shows
+    below one of those, before or after it: a deleted subtree has left tree_links, but its
+    tombstones still name their parents."""
+    assert request.source is not None
+    members = {request.source, *descendant_ids(conn, request.source)}
+    while True:
+        joined = {
+            change.session_id
+            for change in changes
+            if change.session_id not in members
+            and any(
+                facts is not None and facts.created_from_kind == "mcp" and facts.created_from_source in members
+                for facts in (change.before, change.after)
+            )
+        }
+        if not joined:
+            return frozenset(members)
+        members |= joined

@@ -10,11 +10,13 @@ import base64
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ccweb_index.indexer.row import SessionRow
 from ccweb_index.indexer.sessionfile import format_time, is_valid_id
 from ccweb_index.indexer.stored import STORED_INPUT_CHARS
+from ccweb_index.indexer.tree import DESCENDANTS_MAX_DEPTH
+from ccweb_index.server import cursor
 
 LIST_USER_INPUTS = "ccweb_list_user_inputs"
 LIST_CONVERSATIONS = "ccweb_list_conversations"
@@ -28,6 +30,9 @@ CONVERSATIONS_LIMIT = (1, 100, 20)
 WAIT_TIMEOUT = (0, 300, 30)
 # Waits open at once in one server (`serve --max-waits`); beyond it a wait is refused, not queued.
 DEFAULT_MAX_WAITS = 256
+SCOPES = ("all", "children", "descendants")
+# How many ids one conversationIds lookup takes: as many as the largest page.
+MAX_CONVERSATION_IDS = CONVERSATIONS_LIMIT[1]
 
 
 class ToolError(Exception):
@@ -125,16 +130,45 @@ def too_many_waits(cap: int) -> ToolError:
     )
 
 
-def missing_source_for_children() -> ToolError:
+def missing_source_for_scope(scope: str) -> ToolError:
     return ToolError(
         "missing_source_conversation",
-        'scope "children" lists the conversations created by the conversation you are running in, '
+        f'scope "{scope}" lists the conversations created by the conversation you are running in, '
         f"but this server was not told which conversation you are running in ({_SOURCE_SETTINGS}). "
         'Use scope "all" instead.',
     )
 
 
+def invalid_cursor(tool: str) -> ToolError:
+    return ToolError(
+        "invalid_cursor",
+        f"This cursor was not made by {tool} for these arguments, or it was altered. A cursor only "
+        "continues the query that returned it (the same tool, conversation, scope, source, filters and "
+        "conversationIds; limit and maxChars may change): pass nextCursor back exactly as it was "
+        "returned, or call again without cursor to start from the first page.",
+    )
+
+
+def history_changed(conversation_id: str) -> ToolError:
+    return ToolError(
+        "invalid_cursor",
+        f"The inputs of conversation {conversation_id!r} were rewritten since this cursor was made: the "
+        "input it continues from is no longer where it was. Call again without cursor to start from "
+        "the newest input.",
+    )
+
+
 # --- the two requests, validated -------------------------------------------------------------
+
+
+class InputPosition(NamedTuple):
+    """Where a page of inputs starts: the newest input not yet returned whole, by its place among the
+    conversation's inputs (oldest 0; -1: none is left) and, to tell that it is still the same input,
+    its messageId and createdAt."""
+
+    seq: int
+    message_id: str | None
+    created_at_ms: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,15 +176,28 @@ class InputsRequest:
     conversation_id: str
     limit: int
     max_chars: int
+    start: InputPosition | None = None  # from the cursor; None: the newest input
+
+    @property
+    def query(self) -> tuple[object, ...]:
+        """What a cursor is bound to (limit and maxChars may change from page to page)."""
+        return (LIST_USER_INPUTS, self.conversation_id)
 
 
 @dataclass(frozen=True, slots=True)
 class ConversationsRequest:
-    children_of: str | None  # scope "children": the source conversation; None for scope "all"
-    source: str | None
+    scope: str  # one of SCOPES
+    source: str | None  # the caller's conversation, when valid
     limit: int
     agent_key: str | None
     status_key: str | None
+    ids: tuple[str, ...] | None = None  # conversationIds, sorted and unique; None: any conversation
+    after: tuple[int, str] | None = None  # from the cursor: the sort key (updated_at_ms, id) of the last row shown
+
+    @property
+    def query(self) -> tuple[object, ...]:
+        ids = None if self.ids is None else list(self.ids)
+        return (LIST_CONVERSATIONS, self.scope, self.source, self.agent_key, self.status_key, ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,32 +220,100 @@ class WaitRequest:
 
 
 def inputs_request(arguments: dict[str, Any], source: str | None) -> InputsRequest:
-    return InputsRequest(
+    request = InputsRequest(
         requested_conversation(arguments, source),
         clamp_int(arguments.get("limit"), INPUTS_LIMIT),
         clamp_int(arguments.get("maxChars"), INPUTS_MAX_CHARS),
     )
+    position = _position(request.query, arguments)
+    if position is None:
+        return request
+    match position:
+        case ["i", int(seq), str() | None as message_id, int() | None as created_at_ms] if (
+            seq >= -1 and not isinstance(seq, bool) and not isinstance(created_at_ms, bool)
+        ):
+            start = InputPosition(seq, message_id, created_at_ms)
+        case _:
+            raise invalid_cursor(LIST_USER_INPUTS)
+    return InputsRequest(request.conversation_id, request.limit, request.max_chars, start)
 
 
 def conversations_request(arguments: dict[str, Any], source: str | None) -> ConversationsRequest:
     source = valid_source(source)
-    children = arguments.get("scope") == "children"
-    if children and source is None:
-        raise missing_source_for_children()
-    return ConversationsRequest(
-        source if children else None,
+    scope = arguments.get("scope")
+    if scope not in SCOPES:
+        scope = "all"
+    if scope != "all" and source is None:
+        raise missing_source_for_scope(scope)
+    request = ConversationsRequest(
+        scope,
         source,
         clamp_int(arguments.get("limit"), CONVERSATIONS_LIMIT),
         filter_key(arguments.get("agent")),
         filter_key(arguments.get("status")),
+        requested_ids(arguments.get("conversationIds")),
     )
+    position = _position(request.query, arguments)
+    if position is None:
+        return request
+    match position:
+        case ["c", int(updated_at_ms), str(last_id)] if not isinstance(updated_at_ms, bool) and is_valid_id(last_id):
+            after = (updated_at_ms, last_id)
+        case _:
+            raise invalid_cursor(LIST_CONVERSATIONS)
+    return ConversationsRequest(
+        request.scope, request.source, request.limit, request.agent_key, request.status_key, request.ids, after
+    )
+
+
+def requested_ids(value: object) -> tuple[str, ...] | None:
+    """conversationIds: absent or null is any conversation; else up to MAX_CONVERSATION_IDS valid ids."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ToolError(
+            "invalid_conversation_id",
+            f"conversationIds must be an array of up to {MAX_CONVERSATION_IDS} conversation ids. "
+            "Omit it to list conversations whatever their id.",
+        )
+    if len(value) > MAX_CONVERSATION_IDS:
+        raise ToolError(
+            "too_many_conversation_ids",
+            f"conversationIds holds {len(value)} ids; one call takes at most {MAX_CONVERSATION_IDS}. "
+            "Split them over several calls.",
+        )
+    for item in value:
+        if not is_valid_id(item):
+            shown = repr(item) if not isinstance(item, str) or len(item) <= 80 else f"{item[:80]!r}..."
+            raise ToolError(
+                "invalid_conversation_id",
+                f"conversationIds holds {shown}, which is not a conversation id: ids are 1 to 128 "
+                "characters from A-Z, a-z, 0-9, '_' and '-'.",
+            )
+    return tuple(sorted(set(value)))
+
+
+def _position(query: tuple[object, ...], arguments: dict[str, Any]) -> list[Any] | None:
+    """The position in `cursor`, checked against the query; None without a cursor."""
+    value = arguments.get("cursor")
+    if value is None or value == "":  # as filters: the empty string means "none"
+        return None
+    tool = str(query[0])
+    if not isinstance(value, str):
+        raise invalid_cursor(tool)
+    try:
+        return cursor.decode(query, value)
+    except cursor.BadCursor:
+        raise invalid_cursor(tool) from None
 
 
 def wait_request(arguments: dict[str, Any], source: str | None) -> WaitRequest:
     """The selection is exactly ccweb_list_conversations's (`conversations_request`), so whatever
     that tool learns to select, the wait watches too."""
+    # A wait watches a whole selection: it takes no page cursor (its answer's nextCursor is for the list).
+    selection = {name: value for name, value in arguments.items() if name != "cursor"}
     return WaitRequest(
-        conversations_request(arguments, source),
+        conversations_request(selection, source),
         decode_change_token(arguments.get("since")),
         clamp_seconds(arguments.get("timeoutSeconds"), WAIT_TIMEOUT),
     )
@@ -251,39 +366,57 @@ def decode_change_token(value: object) -> ChangePosition | None:
 
 @dataclass(frozen=True, slots=True)
 class StoredInput:
+    seq: int  # its place among the conversation's inputs, oldest 0
     message_id: str | None
     created_at_ms: int | None
     content: str  # the input's head: at least as many code points as any budget (indexer.stored)
     original_chars: int  # the whole input's length in code points
 
 
-def user_inputs_answer(
-    conversation_id: str, limit: int, max_chars: int, total_inputs: int, newest_first: list[StoredInput]
-) -> dict[str, Any]:
-    """Spend `max_chars` code points from the newest input back; return what fits, oldest first."""
-    remaining = max_chars
+def user_inputs_answer(request: InputsRequest, newest_first: list[StoredInput]) -> dict[str, Any]:
+    """`newest_first`: up to `limit` + 1 inputs from where the page starts (`request.start`, else the
+    newest). Spend `max_chars` code points from the newest input back; return what fits, oldest first."""
+    if request.start is not None and request.start.seq >= 0 and not _same_input(request.start, newest_first):
+        raise history_changed(request.conversation_id)
+    remaining = request.max_chars
     chosen: list[dict[str, Any]] = []
-    cut = False
-    for item in newest_first[:limit]:
+    following = newest_first[request.limit] if len(newest_first) > request.limit else None
+    next_seq = None if following is None else following.seq  # the newest input not returned whole
+    for index, item in enumerate(newest_first[: request.limit]):
         length = item.original_chars
         if length <= remaining:
             chosen.append(_input(item, item.content, length, False))
             remaining -= length
             continue
-        cut = True
         if remaining > 0:
             chosen.append(_input(item, item.content[:remaining], length, True))
+        # A cut input is returned again, whole if it can be, on the next page; unless it was this
+        # page's first: then no page of this budget holds it, and the next one moves past it.
+        next_seq = item.seq - 1 if index == 0 else item.seq
         break
     chosen.reverse()
+    next_cursor = None
+    if next_seq is not None:
+        anchor = next((item for item in newest_first if item.seq == next_seq), None)
+        position = ["i", next_seq, None, None] if anchor is None else ["i", next_seq, anchor.message_id, anchor.created_at_ms]
+        next_cursor = cursor.encode(request.query, position)
     return {
-        "conversationId": conversation_id,
-        "limit": limit,
-        "maxChars": max_chars,
+        "conversationId": request.conversation_id,
+        "limit": request.limit,
+        "maxChars": request.max_chars,
         "totalChars": sum(entry["contentChars"] for entry in chosen),
         "returnedCount": len(chosen),
-        "hasMore": total_inputs > limit or cut,
+        "hasMore": next_cursor is not None,
+        "nextCursor": next_cursor,
         "inputs": chosen,
     }
+
+
+def _same_input(start: InputPosition, newest_first: list[StoredInput]) -> bool:
+    if not newest_first:
+        return False
+    first = newest_first[0]
+    return (first.seq, first.message_id, first.created_at_ms) == start
 
 
 def _input(item: StoredInput, content: str, original: int, truncated: bool) -> dict[str, Any]:
@@ -297,17 +430,29 @@ def _input(item: StoredInput, content: str, original: int, truncated: bool) -> d
     }
 
 
-def conversations_answer(request: ConversationsRequest, rows: list[SessionRow], position: ChangePosition) -> dict[str, Any]:
-    """`rows`: the matching sessions in answer order, up to one more than the limit (to tell hasMore).
+class Listed(NamedTuple):
+    """A session in a conversations answer, with its depth below the source in scope "descendants"."""
+
+    row: SessionRow
+    depth: int | None = None
+
+
+def conversations_answer(request: ConversationsRequest, listed: list[Listed], position: ChangePosition) -> dict[str, Any]:
+    """`listed`: the matching sessions in answer order, up to one more than the limit (to tell hasMore).
     `position`: read before the rows, so every change after it is reported by a wait given the token."""
-    limit = request.limit
+    page = listed[: request.limit]
+    next_cursor = None
+    if len(listed) > request.limit:
+        last = page[-1].row
+        next_cursor = cursor.encode(request.query, ["c", last.updated_at_ms, last.id])
     return {
-        "scope": "children" if request.children_of is not None else "all",
+        "scope": request.scope,
         "sourceConversationId": request.source,
-        "limit": limit,
-        "returnedCount": min(len(rows), limit),
-        "hasMore": len(rows) > limit,
-        "conversations": [conversation_row(row) for row in rows[:limit]],
+        "limit": request.limit,
+        "returnedCount": len(page),
+        "hasMore": next_cursor is not None,
+        "nextCursor": next_cursor,
+        "conversations": [conversation_row(item) for item in page],
         "changeToken": encode_change_token(position),
     }
 
@@ -332,8 +477,9 @@ def wait_answer(listed: dict[str, Any], changed: list[Changed], *, timed_out: bo
     }
 
 
-def conversation_row(row: SessionRow) -> dict[str, Any]:
-    return {
+def conversation_row(item: Listed) -> dict[str, Any]:
+    row = item.row
+    out = {
         "conversationId": row.id,
         "title": row.title,
         "agent": row.agent,
@@ -341,8 +487,12 @@ def conversation_row(row: SessionRow) -> dict[str, Any]:
         "createdAt": format_time(row.created_at_ms),
         "updatedAt": format_time(row.updated_at_ms),
         "createdFromKind": row.created_from_kind,
+        "parentConversationId": row.created_from_source if row.created_from_kind == "mcp" else None,
         "userInputCount": row.user_input_count,
     }
+    if item.depth is not None:
+        out["depth"] = item.depth
+    return out
 
 
 # --- what tools/list shows -------------------------------------------------------------------
@@ -352,8 +502,18 @@ def conversation_row(row: SessionRow) -> dict[str, Any]:
 _NULLABLE_STRING = {"anyOf": [{"type": "string"}, {"type": "null"}]}
 _INPUT_FIELDS = ("messageId", "createdAt", "content", "contentChars", "originalChars", "truncated")
 _CONVERSATION_FIELDS = (
-    "conversationId", "title", "agent", "status", "createdAt", "updatedAt", "createdFromKind", "userInputCount",
+    "conversationId", "title", "agent", "status", "createdAt", "updatedAt", "createdFromKind",
+    "parentConversationId", "userInputCount",
 )  # fmt: skip
+_CURSOR_ARGUMENT = {
+    "type": "string",
+    "description": "nextCursor from the previous page of this same query, to read the next page. "
+    "Omit for the first page.",
+}
+_NEXT_CURSOR = {
+    **_NULLABLE_STRING,
+    "description": "Pass it back as cursor, with the same arguments, for the next page; null on the last page.",
+}
 
 USER_INPUTS_TOOL: dict[str, Any] = {
     "name": LIST_USER_INPUTS,
@@ -367,9 +527,15 @@ USER_INPUTS_TOOL: dict[str, Any] = {
         "default 1000) is a budget of Unicode code points shared by all returned inputs, spent from "
         "the newest input backwards: an input that fits is returned whole, the first one that does "
         "not fit is cut to the remaining budget and marked truncated, and nothing older is returned. "
-        "hasMore is true when older inputs exist beyond limit or the budget cut or left some out. "
-        "Out-of-range numbers are clamped. Errors: invalid_conversation_id, "
-        "missing_source_conversation, conversation_not_found, conversation_unreadable."
+        "hasMore is true when older inputs exist beyond limit or the budget cut or left some out; "
+        "nextCursor is then a string: pass it back as cursor (same conversationId) to read the "
+        "older inputs, page by page, until nextCursor is null. The next page starts with the newest "
+        "input not yet returned whole, so a cut input comes again from its start; one cut as the "
+        "first of its page is longer than maxChars and the next page moves past it (pass the same "
+        "cursor again with a larger maxChars to read more of it). limit and maxChars may change "
+        "from page to page. Out-of-range numbers are clamped. Errors: invalid_conversation_id, "
+        "missing_source_conversation, conversation_not_found, conversation_unreadable, "
+        "invalid_cursor (a cursor of another query, or altered: start again without cursor)."
     ),
     "inputSchema": {
         "type": "object",
@@ -381,9 +547,9 @@ USER_INPUTS_TOOL: dict[str, Any] = {
             },
             "limit": {
                 "type": "integer",
-                "minimum": 1,
-                "maximum": 50,
-                "default": 15,
+                "minimum": INPUTS_LIMIT[0],
+                "maximum": INPUTS_LIMIT[1],
+                "default": INPUTS_LIMIT[2],
                 "description": "How many of the most recent user inputs to consider (default 15).",
             },
             "maxChars": {
@@ -393,6 +559,7 @@ USER_INPUTS_TOOL: dict[str, Any] = {
                 "default": INPUTS_MAX_CHARS[2],
                 "description": "Total Unicode code points of content returned, shared by all inputs (default 1000).",
             },
+            "cursor": _CURSOR_ARGUMENT,
         },
         "additionalProperties": False,
     },
@@ -405,6 +572,7 @@ USER_INPUTS_TOOL: dict[str, Any] = {
             "totalChars": {"type": "integer"},
             "returnedCount": {"type": "integer"},
             "hasMore": {"type": "boolean"},
+            "nextCursor": _NEXT_CURSOR,
             "inputs": {
                 "type": "array",
                 "description": "Oldest first. Each: messageId (string|null), createdAt (ISO-8601 UTC "
@@ -415,26 +583,36 @@ USER_INPUTS_TOOL: dict[str, Any] = {
                 "items": {"type": "object", "required": list(_INPUT_FIELDS)},
             },
         },
-        "required": ["conversationId", "limit", "maxChars", "totalChars", "returnedCount", "hasMore", "inputs"],
+        "required": [
+            "conversationId", "limit", "maxChars", "totalChars", "returnedCount", "hasMore", "nextCursor", "inputs",
+        ],
     },
     "annotations": {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False},
-}
+}  # fmt: skip
 
 CONVERSATIONS_TOOL: dict[str, Any] = {
     "name": LIST_CONVERSATIONS,
     "title": "List cc-web conversations",
     "description": (
         "Read-only. Lists cc-web conversations as metadata only (never message bodies): id, title, "
-        "agent, status, createdAt, updatedAt, createdFromKind and userInputCount, most recently "
-        "updated first. scope \"all\" (the default) lists every conversation; scope \"children\" lists "
-        "only the conversations this conversation created through MCP, direct children only (no "
-        "branches, no grandchildren), so an orchestrating agent can follow its workers. agent and "
-        "status filter by case-insensitive equality (status is one of the stored statuses, or "
-        "\"waiting\" / \"idle\"). Filters and scope apply before limit (1-100, default 20); hasMore "
-        "says more conversations matched. Every answer carries a changeToken: to follow conversations "
-        f"(e.g. your workers) list once, then call {WAIT_FOR_CONVERSATIONS} with since set to the "
-        "latest changeToken instead of listing again and again. Error: missing_source_conversation "
-        "(scope children without a source conversation)."
+        "agent, status, createdAt, updatedAt, createdFromKind, parentConversationId and "
+        "userInputCount, most recently updated first. scope \"all\" (the default) lists every "
+        "conversation; scope \"children\" lists only the conversations this conversation created "
+        "through MCP, direct children only (no branches, no grandchildren); scope \"descendants\" "
+        "lists its whole tree of workers: children, their children and so on (each row with its "
+        f"depth, 1 for a child, down to depth {DESCENDANTS_MAX_DEPTH}). conversationIds (up to "
+        f"{MAX_CONVERSATION_IDS}) lists only those conversations, to check on workers you started; "
+        "ids that do not exist are left out. agent and status filter by case-insensitive equality "
+        "(status is one of the stored statuses, or \"waiting\" / \"idle\"). Scope, ids and filters "
+        "apply before limit (1-100, default 20). The orchestrator's loop: list once; while "
+        "nextCursor is a string, pass it back as cursor with the same arguments for the next page; "
+        f"then, instead of listing again and again, call {WAIT_FOR_CONVERSATIONS} with the same "
+        "selection and since set to the changeToken of the first page (every answer carries one). "
+        "Paging never shows a conversation twice or skips one that did not change meanwhile; one "
+        "updated while you page moves to the front (it shows in the next first page). Errors: "
+        "missing_source_conversation (scope children or descendants without a source conversation), "
+        "invalid_conversation_id, too_many_conversation_ids, invalid_cursor (a cursor of another "
+        "query, or altered: start again without cursor)."
     ),
     "inputSchema": {
         "type": "object",
@@ -443,34 +621,46 @@ CONVERSATIONS_TOOL: dict[str, Any] = {
             "status": {"type": "string", "description": "Only conversations with this status, e.g. \"idle\" or \"waiting\"."},
             "limit": {
                 "type": "integer",
-                "minimum": 1,
-                "maximum": 100,
-                "default": 20,
+                "minimum": CONVERSATIONS_LIMIT[0],
+                "maximum": CONVERSATIONS_LIMIT[1],
+                "default": CONVERSATIONS_LIMIT[2],
                 "description": "How many conversations to return at most (default 20).",
             },
             "scope": {
                 "type": "string",
-                "enum": ["all", "children"],
+                "enum": list(SCOPES),
                 "default": "all",
                 "description": "\"all\" (default): every conversation. \"children\": only those this "
-                "conversation created through MCP, direct children only.",
+                "conversation created through MCP, direct children only. \"descendants\": children, "
+                "their children and so on.",
             },
+            "conversationIds": {
+                "type": "array",
+                "items": {"type": "string"},
+                "maxItems": MAX_CONVERSATION_IDS,
+                "description": f"Only these conversations (up to {MAX_CONVERSATION_IDS} ids); scope and "
+                "filters still apply.",
+            },
+            "cursor": _CURSOR_ARGUMENT,
         },
         "additionalProperties": False,
     },
     "outputSchema": {
         "type": "object",
         "properties": {
-            "scope": {"type": "string", "enum": ["all", "children"]},
+            "scope": {"type": "string", "enum": list(SCOPES)},
             "sourceConversationId": _NULLABLE_STRING,
             "limit": {"type": "integer"},
             "returnedCount": {"type": "integer"},
             "hasMore": {"type": "boolean"},
+            "nextCursor": _NEXT_CURSOR,
             "conversations": {
                 "type": "array",
                 "description": "Most recently updated first. Each: conversationId (string), title, agent "
                 "(string|null), status (string), createdAt (ISO-8601 UTC string|null), updatedAt (ISO-8601 "
-                "UTC string), createdFromKind (string|null), userInputCount (integer).",
+                "UTC string), createdFromKind (string|null), parentConversationId (string|null: the "
+                "conversation that created it through MCP), userInputCount (integer); in scope "
+                "descendants also depth (integer, 1 for a child).",
                 "items": {"type": "object", "required": list(_CONVERSATION_FIELDS)},
             },
             "changeToken": {
@@ -479,7 +669,10 @@ CONVERSATIONS_TOOL: dict[str, Any] = {
                 "next change to these conversations.",
             },
         },
-        "required": ["scope", "sourceConversationId", "limit", "returnedCount", "hasMore", "conversations", "changeToken"],
+        "required": [
+            "scope", "sourceConversationId", "limit", "returnedCount", "hasMore", "nextCursor", "conversations",
+            "changeToken",
+        ],
     },
     "annotations": {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False},
 }  # fmt: skip
@@ -497,13 +690,17 @@ def _wait_tool() -> dict[str, Any]:
         "description": (
             "Read-only. Blocks until a conversation you select changes, then answers at once; use it "
             "instead of calling ccweb_list_conversations in a loop (which costs tokens and time). The "
-            "loop: call ccweb_list_conversations once (e.g. scope \"children\" for the workers you "
-            "started), then call this tool with since set to the changeToken of the last answer; when it "
-            "answers, act on changed, and call it again with its new changeToken. A change is a "
+            "loop: call ccweb_list_conversations once (e.g. scope \"children\" or \"descendants\" for "
+            "the workers you started), following its nextCursor to the last page, then call this tool "
+            "with the same selection and since set to that list's changeToken (when you paged, the first "
+            "page's: a change made while you paged is then reported too); when it answers, act on "
+            "changed, and call it again with its new changeToken. A change is a "
             "conversation created, rewritten (new messages), changing status, or deleted; a change made "
             "between two calls is reported by the next call at once, so nothing is missed. The answer "
             "is the ccweb_list_conversations answer for the same selection (scope \"all\" (the "
-            "default) or \"children\", agent, status, limit (1-100, default 20)), plus changed (each "
+            "default), \"children\" or \"descendants\" (your whole tree of workers: a grandchild's "
+            "change wakes it too), conversationIds, agent, status, limit (1-100, default 20); with its "
+            "nextCursor, to read further pages with ccweb_list_conversations), plus changed (each "
             "changed conversation's id and whether it was deleted; a conversation counts when it "
             "matched the selection before or after the change, so one leaving a status filter is "
             "reported too), timedOut (true when nothing changed within timeoutSeconds), tokenReset "
@@ -511,6 +708,7 @@ def _wait_tool() -> dict[str, Any]:
             f"reported changed) and a new changeToken. timeoutSeconds ({low}-{high}, default {default}) "
             "bounds the wait; keep it below your client's tool time-out. Without since it waits for "
             "changes after the call. Errors: invalid_change_token, missing_source_conversation, "
+            "invalid_conversation_id, too_many_conversation_ids, "
             "too_many_waits (this server's cap on concurrent waits is reached; try again later)."
         ),
         "inputSchema": {

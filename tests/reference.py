@@ -5,6 +5,11 @@ as plainly as possible with the standard library only (``json``, not msgspec, so
 an independent implementation). It rescans the sessions directory on every call and keeps no
 state: the "last good version" rule is emulated by the caller passing ``last_good``.
 
+Issue #13 adds pages (`cursor` / `nextCursor`), scope "descendants" and `conversationIds`, as the
+tool descriptions and docs/decisions.md ("Pages, trees and lookups") state them. The cursors here are
+the reference's own (plain base64 of JSON, naming their query): a cursor is opaque, so tests compare
+whether there is one, and follow each implementation's own cursors page by page.
+
 Public API:
     read_session(path, last_good=None) -> dict | None | Unreadable
     list_user_inputs(sessions_dir, args, source, last_good=None) -> (result, is_error)
@@ -15,6 +20,7 @@ plus the helpers parse_time, format_time, message_text, message_id, clamp, js_nu
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -41,6 +47,8 @@ MAX_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC) - EPOCH) // ONE
 TOOL1_LIMIT = (1, 50, 15)  # (minimum, maximum, default)
 TOOL1_MAX_CHARS = (1, 1000, 1000)
 TOOL2_LIMIT = (1, 100, 20)
+MAX_IDS = 100  # conversationIds
+MAX_DEPTH_BELOW_SOURCE = 64  # scope "descendants"
 
 
 class _AnyChangeToken:
@@ -380,6 +388,25 @@ def _error(code: str, message: str) -> tuple[dict, bool]:
     return {"error": {"code": code, "message": message}}, True
 
 
+def _cursor_for(query, position) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"query": query, "position": position}).encode()).decode()
+
+
+def _cursor_position(args: dict, query):
+    """(position or None, error or None): no cursor is null or ""; any other cursor must be one of
+    this query's own."""
+    value = args.get("cursor")
+    if value is None or value == "":
+        return None, None
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(value.encode("ascii")))
+        if decoded["query"] == json.loads(json.dumps(query)):
+            return decoded["position"], None
+    except Exception:
+        pass
+    return None, _error("invalid_cursor", "not a cursor of this query")
+
+
 def list_user_inputs(sessions_dir, args: dict, source: str | None,
                      last_good: dict[str, bytes] | None = None) -> tuple[dict, bool]:
     conversation_id = args.get("conversationId")
@@ -392,6 +419,10 @@ def list_user_inputs(sessions_dir, args: dict, source: str | None,
 
     limit = clamp(args.get("limit"), *TOOL1_LIMIT)
     max_chars = clamp(args.get("maxChars"), *TOOL1_MAX_CHARS)
+    query = ["inputs", conversation_id]
+    position, error = _cursor_position(args, query)
+    if error:
+        return error
 
     path = os.path.join(sessions_dir, conversation_id + ".json")
     facts = read_session(path, (last_good or {}).get(conversation_id))
@@ -400,12 +431,19 @@ def list_user_inputs(sessions_dir, args: dict, source: str | None,
     if isinstance(facts, Unreadable):
         return _error("conversation_unreadable", facts.reason)
 
-    all_inputs = facts["inputs"]
-    recent = all_inputs[-limit:]
+    all_inputs = facts["inputs"]  # oldest first: an input's place here is its position
+    # The page starts with the newest input, or with the one the cursor names, if it is still there.
+    start = len(all_inputs) - 1
+    if position is not None:
+        start, identity = position
+        if start >= 0 and (start >= len(all_inputs) or identity != _identity(all_inputs[start])):
+            return _error("invalid_cursor", "the conversation's inputs were rewritten")
+    recent = all_inputs[max(0, start - limit + 1): start + 1]
     chosen = []  # newest first
     remaining = max_chars
-    budget_stopped = False
-    for item in reversed(recent):
+    older = start - len(recent)  # the newest input older than this page's window
+    next_position = older if recent and older >= 0 else None  # the newest input not returned whole
+    for n, item in enumerate(reversed(recent)):
         text = item["content"]
         if len(text) <= remaining:
             chosen.append({**item, "contentChars": len(text), "originalChars": len(text),
@@ -416,7 +454,8 @@ def list_user_inputs(sessions_dir, args: dict, source: str | None,
                 cut = text[:remaining]
                 chosen.append({**item, "content": cut, "contentChars": len(cut),
                                "originalChars": len(text), "truncated": True})
-            budget_stopped = True
+            # Cut as the first of its page, it never fits: the next page moves past it.
+            next_position = start - n - (1 if n == 0 else 0)
             break
     chosen.reverse()
 
@@ -425,15 +464,24 @@ def list_user_inputs(sessions_dir, args: dict, source: str | None,
          ("messageId", "createdAt", "content", "contentChars", "originalChars", "truncated")}
         for item in chosen
     ]
+    next_cursor = None
+    if next_position is not None:
+        identity = _identity(all_inputs[next_position]) if next_position >= 0 else None
+        next_cursor = _cursor_for(query, [next_position, identity])
     return {
         "conversationId": conversation_id,
         "limit": limit,
         "maxChars": max_chars,
         "totalChars": sum(item["contentChars"] for item in inputs),
         "returnedCount": len(inputs),
-        "hasMore": len(all_inputs) > limit or budget_stopped,
+        "hasMore": next_cursor is not None,
+        "nextCursor": next_cursor,
         "inputs": inputs,
     }, False
+
+
+def _identity(item: dict) -> list:
+    return [item["messageId"], item["createdAt"]]
 
 
 def _filter_value(value) -> str | None:
@@ -441,27 +489,72 @@ def _filter_value(value) -> str | None:
     return value if isinstance(value, str) and value != "" else None
 
 
+def _wanted_ids(value):
+    """(ids or None, error or None) from conversationIds."""
+    if value is None:
+        return None, None
+    if not isinstance(value, list):
+        return None, _error("invalid_conversation_id", "conversationIds is not an array")
+    if len(value) > MAX_IDS:
+        return None, _error("too_many_conversation_ids", "more than 100 ids")
+    if not all(is_valid_id(item) for item in value):
+        return None, _error("invalid_conversation_id", "conversationIds holds an invalid id")
+    return sorted(set(value)), None
+
+
+def _tree(sessions: dict[str, dict], source: str) -> dict[str, int]:
+    """Breadth first from the source over MCP createdFrom edges: each conversation once, at its
+    smallest depth, no deeper than MAX_DEPTH_BELOW_SOURCE."""
+    depth_of: dict[str, int] = {}
+    frontier = [source]
+    for depth in range(1, MAX_DEPTH_BELOW_SOURCE + 1):
+        frontier = [
+            f["conversationId"] for f in sessions.values()
+            if f["createdFromKind"] == "mcp" and f["sourceSessionId"] in frontier
+            and f["conversationId"] not in depth_of
+        ]
+        for conversation_id in frontier:
+            depth_of[conversation_id] = depth
+    return depth_of
+
+
 def list_conversations(sessions_dir, args: dict, source: str | None,
                        last_good: dict[str, bytes] | None = None) -> tuple[dict, bool]:
-    scope = "children" if args.get("scope") == "children" else "all"
+    scope = args.get("scope") if args.get("scope") in ("children", "descendants") else "all"
     source_id = source if is_valid_id(source) else None
-    if scope == "children" and source_id is None:
-        return _error("missing_source_conversation", "scope children needs a source")
+    if scope != "all" and source_id is None:
+        return _error("missing_source_conversation", f"scope {scope} needs a source")
     limit = clamp(args.get("limit"), *TOOL2_LIMIT)
     agent_filter = _filter_value(args.get("agent"))
     status_filter = _filter_value(args.get("status"))
+    ids, error = _wanted_ids(args.get("conversationIds"))
+    if error:
+        return error
+    query = ["conversations", scope, source_id, agent_filter and agent_filter.lower(),
+             status_filter and status_filter.lower(), ids]
+    after, error = _cursor_position(args, query)
+    if error:
+        return error
 
-    rows = []
+    readable = {}
     for name in os.listdir(sessions_dir):
         m = SESSION_NAME_RE.fullmatch(name)
         if m is None:
             continue
         facts = read_session(os.path.join(sessions_dir, name), (last_good or {}).get(m.group(1)))
-        if facts is None or isinstance(facts, Unreadable):
-            continue
+        if facts is not None and not isinstance(facts, Unreadable):
+            readable[facts["conversationId"]] = facts
+    depth_of = _tree(readable, source_id) if scope == "descendants" else {}
+
+    rows = []
+    for facts in readable.values():
         if scope == "children" and not (
             facts["createdFromKind"] == "mcp" and facts["sourceSessionId"] == source_id
         ):
+            continue
+        if scope == "descendants" and facts["conversationId"] not in depth_of:
+            continue
+        if ids is not None and facts["conversationId"] not in ids:
             continue
         if agent_filter is not None and (
             facts["agent"] is None or facts["agent"].lower() != agent_filter.lower()
@@ -469,11 +562,14 @@ def list_conversations(sessions_dir, args: dict, source: str | None,
             continue
         if status_filter is not None and facts["status"].lower() != status_filter.lower():
             continue
+        if after is not None and (-facts["updatedAtMs"], facts["conversationId"]) <= (-after[0], after[1]):
+            continue  # on an earlier page
         rows.append(facts)
 
     rows.sort(key=lambda f: (-f["updatedAtMs"], f["conversationId"]))
-    conversations = [
-        {
+    conversations = []
+    for f in rows[:limit]:
+        row = {
             "conversationId": f["conversationId"],
             "title": f["title"],
             "agent": f["agent"],
@@ -481,16 +577,23 @@ def list_conversations(sessions_dir, args: dict, source: str | None,
             "createdAt": format_time(f["createdAtMs"]),
             "updatedAt": format_time(f["updatedAtMs"]),
             "createdFromKind": f["createdFromKind"],
+            "parentConversationId": f["sourceSessionId"] if f["createdFromKind"] == "mcp" else None,
             "userInputCount": len(f["inputs"]),
         }
-        for f in rows[:limit]
-    ]
+        if scope == "descendants":
+            row["depth"] = depth_of[f["conversationId"]]
+        conversations.append(row)
+    next_cursor = None
+    if len(rows) > limit:
+        last = rows[limit - 1]
+        next_cursor = _cursor_for(query, [last["updatedAtMs"], last["conversationId"]])
     return {
         "scope": scope,
         "sourceConversationId": source_id,
         "limit": limit,
         "returnedCount": len(conversations),
-        "hasMore": len(rows) > limit,
+        "hasMore": next_cursor is not None,
+        "nextCursor": next_cursor,
         "conversations": conversations,
         "changeToken": CHANGE_TOKEN,
     }, False
@@ -508,7 +611,8 @@ def wait_for_conversations(sessions_dir, args: dict, source: str | None) -> tupl
         if isinstance(since, str) and _TOKEN_CHARS.fullmatch(since):
             raise ValueError("the reference cannot judge a token; pass none, or one that is plainly not a token")
         return _error("invalid_change_token", "since is not a changeToken")
-    listed, is_error = list_conversations(sessions_dir, args, source)
+    # A wait takes no page cursor: it watches the whole selection.
+    listed, is_error = list_conversations(sessions_dir, {k: v for k, v in args.items() if k != "cursor"}, source)
     if is_error:
         return listed, True
     return {**listed, "changed": [], "timedOut": True, "tokenReset": False}, False

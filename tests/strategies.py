@@ -14,7 +14,7 @@ Public strategies:
     messages()             one element of a messages array (objects and non-objects)
     session_docs()         dicts shaped like cc-web session files
     session_file_bytes()   file contents, mostly valid, sometimes broken
-    tool1_args(known_ids=()), tool2_args()
+    tool1_args(known_ids=()), tool2_args()   (with cursors no page returned; tests/test_fuzz.py pages)
     sources(known_ids=())  the configured source conversation (valid, invalid or None)
     corpora()              {file name: bytes} for a whole sessions directory
     corpus_ids(files)      the ids of the session files in a corpora() dict
@@ -461,6 +461,7 @@ def tool1_args(known_ids=()):
             "conversationId": _conversation_ids(known_ids),
             "limit": _numbers(1, 50),
             "maxChars": _numbers(1, 1000),
+            "cursor": _garbage_cursors(),
             "unknown": json_scalars,  # ignored
         },
     )
@@ -479,11 +480,24 @@ def tool2_args():
             "agent": _filters(["claude", "CLAUDE", "Claude", "codex", " claude", ""]),
             "status": _filters(["idle", "IDLE", "waiting", "running", "done", " idle", ""]),
             "limit": _numbers(1, 100),
-            "scope": weighted((3, st.just("children")),
-                              (2, st.sampled_from(["all", "CHILDREN", "", " children", 7, None, True, []]))),
+            "scope": weighted((3, st.just("children")), (2, st.just("descendants")),
+                              (2, st.sampled_from(["all", "CHILDREN", "", " children", "descendant", 7, None,
+                                                   True, []]))),
+            "conversationIds": weighted(
+                (4, st.lists(session_ids(), max_size=5)),
+                (1, st.lists(weighted((4, session_ids()), (1, invalid_ids()), (1, json_scalars)), max_size=3)),
+                (1, st.sampled_from([None, "src", 7, {}, [], ["src"] * 101])),
+            ),
+            "cursor": _garbage_cursors(),
             "unknown": json_scalars,
         },
     )
+
+
+def _garbage_cursors():
+    """Cursors no page returned: the empty string and null mean none; anything else is refused."""
+    return st.one_of(st.sampled_from(["", None, "AAAA", "not a cursor", "WyJjIiwxLCJhIl0", 7, [], {}]),
+                     st.text(max_size=30))
 
 
 # --------------------------------------------------------------------------- directories

@@ -144,3 +144,19 @@ def test_bench_wait_latency_reports_its_figures() -> None:
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["bench"] == "wait_latency" and result["writes"] == 5 and result["daemon"] is True
     assert 0 < result["p50_ms"] <= result["p99_ms"] <= result["max_ms"]
+
+
+def test_bench_tree_reports_every_case(tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-m", "bench.tree", "--dir", str(tmp_path), "--children", "3", "--per-child", "2",
+        "--total", "30", "--others", "10", "--calls", "20", "--round", "5", "--json", str(tmp_path / "tree.json"),
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-6000:]
+    result = json.loads((tmp_path / "tree.json").read_text())
+    assert result["tree"]["conversations"] == 30
+    cases = result["cases"]
+    assert set(cases) == {"children", "descendants", "ids_100", "descendants_page_2"}
+    assert all(not case["is_error"] and case["calls"] == 20 for case in cases.values())
+    assert cases["children"]["returnedCount"] == 3 and cases["descendants"]["returnedCount"] == 20
+    assert "| descendants |" in done.stdout

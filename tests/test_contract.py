@@ -21,6 +21,8 @@ SOURCE = "orchestrator"
 
 
 def same_answer(actual: tuple[dict[str, Any], bool], expected: tuple[dict[str, Any], bool]) -> None:
+    """The same answer. A cursor is opaque: only whether there is one is compared (tests that page
+    follow each implementation's own cursors)."""
     payload, is_error = actual
     want, want_error = expected
     assert is_error == want_error, (payload, want)
@@ -28,7 +30,16 @@ def same_answer(actual: tuple[dict[str, Any], bool], expected: tuple[dict[str, A
         assert payload["error"]["code"] == want["error"]["code"]
         assert isinstance(payload["error"]["message"], str) and len(payload["error"]["message"]) > 20
     else:
+        payload, want = without_cursor(payload), without_cursor(want)
         assert payload == want, "\n".join(differences(payload, want))
+
+
+def without_cursor(payload: dict[str, Any]) -> dict[str, Any]:
+    if "nextCursor" not in payload:
+        return payload
+    cursor = payload["nextCursor"]
+    assert cursor is None or (isinstance(cursor, str) and cursor), cursor
+    return {**payload, "nextCursor": cursor is not None}
 
 
 def differences(actual: Any, expected: Any, where: str = "") -> list[str]:
@@ -93,13 +104,16 @@ def test_tools_list_publishes_the_contract(client: StdioClient) -> None:
     conversations = tools["ccweb_list_conversations"]
     schema = conversations.input_schema
     assert schema["additionalProperties"] is False and schema.get("required", []) == []
-    assert schema["properties"]["scope"]["enum"] == ["all", "children"]
+    assert schema["properties"]["scope"]["enum"] == ["all", "children", "descendants"]
     assert schema["properties"]["scope"]["default"] == "all"
     assert {k: schema["properties"]["limit"][k] for k in ("minimum", "maximum", "default")} == {
         "minimum": 1, "maximum": 100, "default": 20
     }  # fmt: skip
     assert schema["properties"]["agent"]["type"] == schema["properties"]["status"]["type"] == "string"
-    for word in ("children", "direct", "MCP", "default", "changeToken", "ccweb_wait_for_conversations"):
+    for word in (
+        "children", "direct", "MCP", "default", "changeToken", "ccweb_wait_for_conversations", "descendants",
+        "nextCursor", "cursor", "conversationIds",
+    ):  # fmt: skip
         assert word in conversations.description
     assert "changeToken" in conversations.output_schema["required"]
 
@@ -154,6 +168,11 @@ USER_INPUT_CASES: list[dict[str, Any]] = [
     {"conversationId": "x" * 129},
     {"conversationId": 7},
     {"conversationId": ["orchestrator"]},
+    {"conversationId": "orchestrator", "cursor": ""},
+    {"conversationId": "orchestrator", "cursor": None},
+    {"conversationId": "orchestrator", "cursor": "bm90IGEgY3Vyc29y"},
+    {"conversationId": "orchestrator", "cursor": 7},
+    {"conversationId": "ghost", "cursor": "garbage"},
 ]
 
 
@@ -190,6 +209,24 @@ CONVERSATION_CASES: list[dict[str, Any]] = [
     {"status": " running"},
     {"status": "waiting", "agent": "codex"},
     {"agent": "nobody"},
+    {"scope": "descendants"},
+    {"scope": "descendants", "limit": 2},
+    {"scope": "descendants", "status": "running"},
+    {"scope": "DESCENDANTS"},
+    {"conversationIds": ["worker-ui", "ghost", "grandchild", "worker-ui"]},
+    {"conversationIds": []},
+    {"conversationIds": None},
+    {"conversationIds": ["orchestrator", "worker-api"], "scope": "children"},
+    {"conversationIds": ["grandchild", "cjk-notes"], "scope": "descendants"},
+    {"conversationIds": ["worker-ui", "bad/id"]},
+    {"conversationIds": "worker-ui"},
+    {"conversationIds": [7]},
+    {"conversationIds": [f"w{n}" for n in range(100)]},
+    {"conversationIds": [f"w{n}" for n in range(101)]},
+    {"cursor": ""},
+    {"cursor": "garbage"},
+    {"cursor": ["a"]},
+    {"scope": "children", "cursor": "x" * 5000},
 ]
 
 
@@ -201,14 +238,48 @@ def test_list_conversations(client: StdioClient, contract_corpus: Corpus, argume
     )
 
 
+PAGED_CASES: list[tuple[str, dict[str, Any], list[int]]] = [
+    ("ccweb_list_conversations", {}, [3, 1, 100]),
+    ("ccweb_list_conversations", {"scope": "children", "limit": 2}, [2]),
+    ("ccweb_list_conversations", {"scope": "descendants"}, [1]),
+    ("ccweb_list_conversations", {"agent": "claude"}, [2, 5]),
+    ("ccweb_list_user_inputs", {"conversationId": "many-inputs", "maxChars": 100}, [4, 50, 1]),
+    ("ccweb_list_user_inputs", {"conversationId": "emoji", "maxChars": 250}, [2]),
+    ("ccweb_list_user_inputs", {"conversationId": "orchestrator", "maxChars": 30}, [1, 3]),
+]
+
+
+@pytest.mark.parametrize(("tool", "arguments", "limits"), PAGED_CASES, ids=repr)
+def test_paging_to_the_end(
+    client: StdioClient, contract_corpus: Corpus, tool: str, arguments: dict[str, Any], limits: list[int]
+) -> None:
+    """Every page as the reference's, each side following its own cursors, limits changing per page."""
+    oracle = reference.list_user_inputs if tool == "ccweb_list_user_inputs" else reference.list_conversations
+    ours, theirs, seen = dict(arguments), dict(arguments), []
+    for page in range(200):
+        ours["limit"] = theirs["limit"] = limits[page % len(limits)]
+        got, want = client.call(tool, ours), oracle(contract_corpus.path, theirs, SOURCE)
+        same_answer(got, want)
+        seen += got[0].get("conversations", [])
+        if got[0]["nextCursor"] is None:
+            break
+        ours["cursor"], theirs["cursor"] = got[0]["nextCursor"], want[0]["nextCursor"]
+    else:
+        raise AssertionError("the pages never ended")
+    if tool == "ccweb_list_conversations":  # every conversation once, in answer order
+        whole, _ = oracle(contract_corpus.path, {**arguments, "limit": 100}, SOURCE)
+        assert seen == whole["conversations"]
+
+
 def test_children_are_direct_mcp_children_only(client: StdioClient) -> None:
     payload, _ = client.call("ccweb_list_conversations", {"scope": "children"})
     assert [row["conversationId"] for row in payload["conversations"]] == [
         "same-time-a", "same-time-b", "worker-ui", "worker-api", "worker-docs"
     ]  # fmt: skip
     assert all(set(row) == {
-        "conversationId", "title", "agent", "status", "createdAt", "updatedAt", "createdFromKind", "userInputCount"
-    } for row in payload["conversations"])  # fmt: skip
+        "conversationId", "title", "agent", "status", "createdAt", "updatedAt", "createdFromKind",
+        "parentConversationId", "userInputCount",
+    } and row["parentConversationId"] == SOURCE for row in payload["conversations"])  # fmt: skip
 
 
 @pytest.mark.parametrize("source", [None, "", "bad/source", "x" * 200])

@@ -11,17 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from ccweb_index.indexer.stored import stored_head
 from ccweb_index.server.service import Service
-from ccweb_index.server.tools import StoredInput, user_inputs_answer
+from ccweb_index.server.tools import InputsRequest, StoredInput, user_inputs_answer
 
 import reference
 import strategies as gen
 from conftest import stdio_client_for
 from test_contract import same_answer
+
+INPUTS, CONVERSATIONS = "ccweb_list_user_inputs", "ccweb_list_conversations"
 
 
 def write_corpus(directory: Path, files: dict[str, bytes]) -> None:
@@ -86,17 +88,95 @@ def test_answers_follow_rewrites(
         service = Service(sessions, Path(tmp) / "index.sqlite", watch=True)
         service.start()
         try:
-            last_good = {
-                name[: -len(".json")]: (data, (sessions / name).stat().st_mtime_ns // 1_000_000)
-                for name, data in files.items()
-                if not isinstance(reference.parse_document(data), reference.Unreadable)
-            }
+            last_good = last_good_versions(sessions, files)
             for name, data in changes.items():
                 (sessions / name).write_bytes(data)
             for name, arguments in calls:
                 result = service.call(name, arguments, source)
                 tool = reference.list_user_inputs if name == "ccweb_list_user_inputs" else reference.list_conversations
                 same_answer((result.payload, result.is_error), tool(sessions, arguments, source, last_good))
+        finally:
+            service.close()
+
+
+# A query to page through: its arguments without a cursor, and the limit of each page in turn.
+queries = st.one_of(
+    st.tuples(st.just(CONVERSATIONS), gen.tool2_args(), st.lists(st.integers(1, 4), min_size=1, max_size=3)),
+    st.tuples(st.just(INPUTS), gen.tool1_args(gen.ID_POOL), st.lists(st.integers(1, 3), min_size=1, max_size=3)),
+)
+
+
+def last_good_versions(sessions: Path, files: dict[str, bytes]) -> dict[str, tuple[bytes, int]]:
+    return {
+        name[: -len(".json")]: (data, (sessions / name).stat().st_mtime_ns // 1_000_000)
+        for name, data in files.items()
+        if not isinstance(reference.parse_document(data), reference.Unreadable)
+    }
+
+
+@given(files=gen.corpora(), changes=st.none() | gen.corpora(), source=gen.sources(gen.ID_POOL), query=queries, data=st.data())
+def test_pages_match_reference(
+    files: dict[str, bytes], changes: dict[str, bytes] | None, source: str | None, query: Any, data: st.DataObject
+) -> None:
+    """Page to the end, each side following its own cursors, files rewritten after the first page:
+    every page is the reference's, and an unchanged corpus gives the whole list exactly once."""
+    name, arguments, limits = query
+    arguments = {key: value for key, value in arguments.items() if key != "cursor"}
+    if name == INPUTS:  # mostly a conversation that is there, and budgets that cut
+        there = gen.corpus_ids(files) or [None]
+        arguments["conversationId"] = data.draw(gen.weighted((3, st.sampled_from(there)), (1, st.just(arguments.get("conversationId")))))
+        arguments["maxChars"] = data.draw(gen.weighted((3, st.sampled_from([1, 4, 12, 60])), (1, st.just(arguments.get("maxChars")))))
+    tool = reference.list_user_inputs if name == INPUTS else reference.list_conversations
+    with tempfile.TemporaryDirectory() as tmp:
+        sessions = Path(tmp) / "sessions"
+        write_corpus(sessions, files)
+        last_good = last_good_versions(sessions, files)
+        service = Service(sessions, Path(tmp) / "index.sqlite", watch=True)
+        service.start()
+        try:
+            ours, theirs, rows = dict(arguments), dict(arguments), []
+            for page in range(100):
+                ours["limit"] = theirs["limit"] = limits[page % len(limits)]
+                got = service.call(name, ours, source)
+                want = tool(sessions, theirs, source, last_good)
+                same_answer((got.payload, got.is_error), want)
+                if got.is_error or got.payload["nextCursor"] is None:
+                    break
+                rows += got.payload.get("conversations", [])
+                ours["cursor"], theirs["cursor"] = got.payload["nextCursor"], want[0]["nextCursor"]
+                if page == 0 and changes is not None:
+                    for file_name, data in changes.items():
+                        (sessions / file_name).write_bytes(data)
+            else:
+                raise AssertionError("the pages never ended")
+            event(f"{name}: {'an error' if got.is_error else ('1 page', '2 pages', '3 pages or more')[min(page, 2)]}")
+            if name == CONVERSATIONS and changes is None and not got.is_error:
+                rows += got.payload["conversations"]
+                whole, _ = tool(sessions, {**arguments, "limit": 100}, source, last_good)
+                assert rows == whole["conversations"]
+        finally:
+            service.close()
+
+
+@given(files=gen.corpora(), source=gen.sources(gen.ID_POOL), first=queries, second=queries)
+def test_a_cursor_answers_only_its_own_query(files: dict[str, bytes], source: str | None, first: Any, second: Any) -> None:
+    """The first query's cursor passed to the second: refused exactly when the reference refuses its own."""
+    with tempfile.TemporaryDirectory() as tmp:
+        sessions = Path(tmp) / "sessions"
+        write_corpus(sessions, files)
+        service = Service(sessions, Path(tmp) / "index.sqlite")
+        service.start()
+        try:
+            (name, arguments, limits), (other, other_arguments, _) = first, second
+            arguments = {**arguments, "cursor": None, "limit": limits[0]}
+            tool = reference.list_user_inputs if name == INPUTS else reference.list_conversations
+            got, (want, _) = service.call(name, arguments, source), tool(sessions, arguments, source)
+            if got.is_error or got.payload["nextCursor"] is None:
+                return
+            other_tool = reference.list_user_inputs if other == INPUTS else reference.list_conversations
+            theirs = {**other_arguments, "cursor": want["nextCursor"]}
+            result = service.call(other, {**other_arguments, "cursor": got.payload["nextCursor"]}, source)
+            same_answer((result.payload, result.is_error), other_tool(sessions, theirs, source))
         finally:
             service.close()
 
@@ -108,8 +188,8 @@ def test_answers_follow_rewrites(
 )
 def test_budget_allocation_properties(texts: list[str], limit: int, max_chars: int) -> None:
     # As the index stores them: the head and the full length (indexer.stored).
-    stored = [StoredInput(f"m{n}", None, stored_head(text), len(text)) for n, text in enumerate(texts)]
-    answer = user_inputs_answer("c", limit, max_chars, len(stored), list(reversed(stored))[:limit])
+    stored = [StoredInput(n, f"m{n}", None, stored_head(text), len(text)) for n, text in enumerate(texts)]
+    answer = user_inputs_answer(InputsRequest("c", limit, max_chars), list(reversed(stored))[: limit + 1])
     returned = answer["inputs"]
     recent = texts[-limit:]
     assert answer["totalChars"] == sum(item["contentChars"] for item in returned) <= max_chars

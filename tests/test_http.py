@@ -621,7 +621,7 @@ def check_answer(name: str, arguments: dict[str, Any], source: str, payload: dic
         )
     else:
         rows = payload["conversations"]
-        keys = {"conversationId", "title", "agent", "status", "createdAt", "updatedAt", "createdFromKind", "userInputCount"}
+        keys = {"conversationId", "title", "agent", "status", "createdAt", "updatedAt", "createdFromKind", "parentConversationId", "userInputCount"}
         ok = (
             payload["returnedCount"] == len(rows) <= payload["limit"]
             and all(set(r) == keys for r in rows)

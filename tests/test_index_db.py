@@ -14,7 +14,10 @@ from ccweb_index.server.service import Service
 
 from conftest import Corpus, session
 
-ALL_MIGRATIONS = ["m001_sessions", "m002_user_inputs", "m003_meta", "m004_input_heads", "m005_checkpoints", "m006_changes"]
+ALL_MIGRATIONS = [
+    "m001_sessions", "m002_user_inputs", "m003_meta", "m004_input_heads", "m005_checkpoints", "m006_changes",
+    "m007_tree_links",
+]
 
 
 def applied(path: Path) -> list[str]:
@@ -48,6 +51,25 @@ def test_an_older_index_is_upgraded_in_place(corpus: Corpus, db_path: Path) -> N
     result = svc.call("ccweb_list_conversations", {}, None)
     assert [r["conversationId"] for r in result.payload["conversations"]] == ["a"]
     svc.close()
+
+
+def test_an_index_without_tree_links_gains_them_from_its_rows(corpus: Corpus, db_path: Path) -> None:
+    """m007 links the rows an older index holds: a tree answers before any file is read again."""
+    mcp = {"kind": "mcp"}
+    corpus.write("a", session("x", updated="2026-11-29T08:00:00Z", created_from={**mcp, "sourceSessionId": "src"}))
+    corpus.write("b", session("x", updated="2026-11-29T09:00:00Z", created_from={**mcp, "sourceSessionId": "a"}))
+    svc = Service(corpus.path, db_path)
+    svc.start()
+    svc.close()
+    old = connect(db_path)
+    old.execute("DROP TABLE tree_links")
+    old.execute("DELETE FROM _sqlite_migrations WHERE name = 'm007_tree_links'")
+    old.commit()
+    old.close()
+    conn = open_index(db_path, str(corpus.path))
+    links = conn.execute("SELECT ancestor, descendant, depth FROM tree_links ORDER BY ancestor, descendant").fetchall()
+    conn.close()
+    assert links == [("a", "b", 1), ("src", "a", 1), ("src", "b", 2)]
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "empty-header"])

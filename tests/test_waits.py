@@ -165,6 +165,73 @@ def test_changes_outside_the_selection_do_not_wake_it(corpus: Corpus, db_path: P
     assert [row["conversationId"] for row in payload["conversations"]] == ["w2"]
 
 
+def test_a_wait_on_conversation_ids_watches_only_those(corpus: Corpus, db_path: Path) -> None:
+    """conversationIds: a change to another conversation, even a selected scope's, does not wake the
+    wait; a listed id whose file appears does (it was absent when the wait began)."""
+    write_family(corpus)
+    selection = {"scope": "children", "conversationIds": ["w1", "w3"]}
+    with served(corpus, db_path) as client:
+        token = token_of(client, selection)
+        waiting = start_wait(client, {**selection, "since": token, "timeoutSeconds": LONG})
+        corpus.write("w2", child("task two", status="idle", updated="2026-11-23T00:00:00Z"))
+        corpus.write("other", session("unrelated, rewritten", updated="2026-11-21T00:00:00Z"))
+        time.sleep(1.5)
+        assert not waiting.done(), payload_of(waiting.result())
+        corpus.write("w3", child("task three"))
+        payload = payload_of(waiting.result(timeout=30))
+    assert payload["changed"] == [{"conversationId": "w3", "deleted": False}]
+    as_listed(corpus, payload, selection)
+
+
+def write_tree(corpus: Corpus) -> None:
+    """The family, a worker's worker (g1, below w1) and another tree that is not the source's."""
+    write_family(corpus)
+    below = {"kind": "mcp", "sourceSessionId": "w1"}
+    corpus.write("g1", session("a worker's worker", updated="2026-11-24T00:00:00Z", created_from=below))
+    corpus.write("stranger", session("elsewhere", updated="2026-11-21T00:00:00Z", created_from={"kind": "mcp", "sourceSessionId": "other"}))
+
+
+def test_a_wait_on_descendants_is_woken_by_a_grandchild(corpus: Corpus, db_path: Path) -> None:
+    """scope "descendants": a grandchild's change wakes the wait, and so does a conversation that joins
+    the tree below it; a change in another tree does not."""
+    write_tree(corpus)
+    tree = {"scope": "descendants"}
+    with served(corpus, db_path) as client:
+        token = token_of(client, tree)
+        waiting = start_wait(client, {**tree, "since": token, "timeoutSeconds": LONG})
+        corpus.write("stranger", session("elsewhere, again", updated="2026-11-21T00:00:00Z", created_from={"kind": "mcp", "sourceSessionId": "other"}))
+        corpus.write("other", session("unrelated, rewritten", updated="2026-11-21T00:00:00Z"))
+        time.sleep(1.5)
+        assert not waiting.done(), payload_of(waiting.result())
+        corpus.write("g1", session("a worker's worker", "done", updated="2026-11-24T00:00:00Z", created_from={"kind": "mcp", "sourceSessionId": "w1"}))
+        first = payload_of(waiting.result(timeout=30))
+        assert first["changed"] == [{"conversationId": "g1", "deleted": False}]
+        as_listed(corpus, first, tree)
+        waiting = start_wait(client, {**tree, "since": first["changeToken"], "timeoutSeconds": LONG})
+        corpus.write("gg1", session("three below", updated="2026-11-25T00:00:00Z", created_from={"kind": "mcp", "sourceSessionId": "g1"}))
+        second = payload_of(waiting.result(timeout=30))
+    assert second["changed"] == [{"conversationId": "gg1", "deleted": False}]
+    assert {row["conversationId"]: row["depth"] for row in second["conversations"]} == {"gg1": 3, "g1": 2, "w2": 1, "w1": 1}
+
+
+def test_a_deleted_subtree_is_reported_whole(corpus: Corpus, db_path: Path) -> None:
+    """A child and its own worker deleted together: both have left the tree, but their tombstones
+    still say where they were, so the next wait reports both (without a watcher: the wait's check
+    finds them)."""
+    write_tree(corpus)
+    with served(corpus, db_path, "--no-watch") as client:
+        token = token_of(client, {"scope": "descendants"})
+        corpus.delete("g1")
+        corpus.delete("w1")
+        corpus.delete("stranger")
+        payload, is_error = client.call(WAIT, {"scope": "descendants", "since": token, "timeoutSeconds": LONG})
+    assert not is_error, payload
+    assert sorted(payload["changed"], key=lambda c: c["conversationId"]) == [
+        {"conversationId": "g1", "deleted": True}, {"conversationId": "w1", "deleted": True},
+    ]  # fmt: skip
+    assert [row["conversationId"] for row in payload["conversations"]] == ["w2"]
+
+
 def test_a_time_out_answers_timed_out_with_the_list(corpus: Corpus, db_path: Path) -> None:
     write_family(corpus)
     with served(corpus, db_path) as client:

@@ -51,6 +51,20 @@ WITH_SOURCE: list[tuple[str, dict[str, Any]]] = [
     (WAIT, {"scope": "children", "timeoutSeconds": 0}),  # the list shape, changed, timedOut, a changeToken
     (WAIT, {"agent": "codex", "timeoutSeconds": 0.2}),
     (WAIT, {"since": "not a token!"}),  # invalid_change_token
+    (CONVERSATIONS, {"scope": "descendants"}),  # depth in every row
+    (CONVERSATIONS, {"conversationIds": ["c1", "g1", "ghost"], "scope": "descendants", "limit": 1}),
+    (CONVERSATIONS, {"conversationIds": ["c1", "no/such id"]}),  # invalid_conversation_id
+    (CONVERSATIONS, {"conversationIds": [f"w{n}" for n in range(101)]}),  # too_many_conversation_ids
+    (CONVERSATIONS, {"scope": "children", "cursor": "not-a-cursor"}),  # invalid_cursor
+    (INPUTS, {"cursor": "bm90IGEgY3Vyc29y"}),  # invalid_cursor
+    (WAIT, {"scope": "descendants", "conversationIds": ["g1", "ghost"], "timeoutSeconds": 0}),
+    (WAIT, {"conversationIds": ["c1", "no/such id"]}),  # invalid_conversation_id
+]
+# Followed to the end by their nextCursor, each page checked by the client against the outputSchema.
+PAGED: list[tuple[str, dict[str, Any]]] = [
+    (INPUTS, {"limit": 1, "maxChars": 4}),
+    (CONVERSATIONS, {"limit": 2}),
+    (CONVERSATIONS, {"scope": "descendants", "limit": 1}),
 ]
 # ... and for a client that was not told its conversation: sourceConversationId is null.
 WITHOUT_SOURCE: list[tuple[str, dict[str, Any]]] = [
@@ -62,7 +76,7 @@ WITHOUT_SOURCE: list[tuple[str, dict[str, Any]]] = [
 ]
 ERROR_CODES = {
     "invalid_conversation_id", "conversation_not_found", "conversation_unreadable", "missing_source_conversation",
-    "invalid_change_token",
+    "invalid_change_token", "invalid_cursor", "too_many_conversation_ids",
 }  # fmt: skip
 ORACLES = {INPUTS: reference.list_user_inputs, CONVERSATIONS: reference.list_conversations, WAIT: reference.wait_for_conversations}
 
@@ -72,6 +86,7 @@ def write_corpus(corpus: Corpus) -> None:
     corpus.write(SOURCE, session("plan the release", "now ship it ✅", updated="2026-11-20T00:00:00Z"))
     corpus.write("c1", session("write the notes", updated="2026-11-22T00:00:00Z", created_from=child))
     corpus.write("c2", session("fix 测试", agent="codex", updated="2026-11-23T00:00:00Z", created_from=child))
+    corpus.write("g1", session("a worker's worker", updated="2026-11-21T00:00:00Z", created_from={"kind": "mcp", "sourceSessionId": "c1"}))
     corpus.write("fork", session("try B", updated="2026-11-24T00:00:00Z", created_from={"kind": "branch", "sourceSessionId": SOURCE}))
     corpus.write("broken", b'{"messages": [')
 
@@ -80,14 +95,18 @@ def expected(corpus: Corpus, tool: str, arguments: dict[str, Any], source: str |
     return ORACLES[tool](str(corpus.path), arguments, source)
 
 
-def check(client: Client, corpus: Corpus, tool: str, arguments: dict[str, Any], source: str | None) -> dict[str, Any]:
-    """One call through the client: it must reach the caller as the reference says, error or not."""
+def check(
+    client: Client, corpus: Corpus, tool: str, arguments: dict[str, Any], source: str | None,
+    reference_arguments: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One call through the client: it must reach the caller as the reference says, error or not.
+    `reference_arguments`: the reference's, when they differ (its own cursor)."""
     answer = client.send({"op": "call", "name": tool, "arguments": arguments})
     assert answer["ok"], f"the {client.name} client lost this answer: {tool} {arguments}: {answer['error']}"
     result = types.CallToolResult.model_validate(answer["result"])
     problem, payload = answer_of(result)
     assert problem is None, f"{client.name}, {tool} {arguments}: {problem}"
-    same_answer((payload, bool(result.is_error)), expected(corpus, tool, arguments, source))
+    same_answer((payload, bool(result.is_error)), expected(corpus, tool, reference_arguments or arguments, source))
     return payload
 
 
@@ -114,7 +133,23 @@ def run_cases(client: Client, corpus: Corpus, cases: list[tuple[str, dict[str, A
         payload = check(client, corpus, tool, arguments, source)
         if "error" in payload:
             codes.add(payload["error"]["code"])
+    if source is not None:
+        for tool, arguments in PAGED:
+            run_pages(client, corpus, tool, arguments, source)
     return codes
+
+
+def run_pages(client: Client, corpus: Corpus, tool: str, arguments: dict[str, Any], source: str) -> None:
+    """Page to the end through the client; the reference follows its own cursors alongside."""
+    oracle = ORACLES[tool]
+    ours, theirs = dict(arguments), dict(arguments)
+    for _ in range(20):
+        payload = check(client, corpus, tool, ours, source, theirs)
+        if payload["nextCursor"] is None:
+            return
+        ours["cursor"] = payload["nextCursor"]
+        theirs["cursor"] = oracle(str(corpus.path), theirs, source)[0]["nextCursor"]
+    raise AssertionError(f"{tool} {arguments}: the pages never ended")
 
 
 @pytest.fixture

@@ -20,7 +20,9 @@ from drive import HERE, INSTALL_HINT, node
 from test_clients import CONVERSATIONS, INPUTS, ORACLES, SOURCE, WAIT, write_corpus
 from test_http import SOURCE_HEADER, TOKEN, HttpServer, http_server
 
+import reference
 from conftest import CCWEB_INDEX, Corpus
+from test_contract import without_cursor
 
 INSPECTOR = HERE / "node_modules" / "@modelcontextprotocol" / "inspector" / "clients" / "launcher" / "build" / "index.js"
 # A run that hangs is a failure, not a stuck test run.
@@ -35,6 +37,8 @@ CASES: list[tuple[str, list[str], dict[str, Any]]] = [
     (CONVERSATIONS, ["scope=children"], {"scope": "children"}),
     (WAIT, ["scope=children", "timeoutSeconds=0"], {"scope": "children", "timeoutSeconds": 0}),
     (WAIT, ["since=\"not a token!\""], {"since": "not a token!"}),
+    (CONVERSATIONS, ["scope=descendants", 'conversationIds=["g1", "c2", "ghost"]'], {"scope": "descendants", "conversationIds": ["g1", "c2", "ghost"]}),
+    (CONVERSATIONS, ["cursor=garbage"], {"cursor": "garbage"}),
 ]
 
 
@@ -55,8 +59,9 @@ def check_call(run: subprocess.CompletedProcess[str], corpus: Corpus, tool: str,
     if want_error:
         assert result["isError"] is True and "structuredContent" not in result
         assert payload["error"]["code"] == want["error"]["code"]
-    else:
-        assert result["structuredContent"] == payload == want
+    else:  # a cursor is opaque: the reference makes its own
+        assert result["structuredContent"] == payload
+        assert without_cursor(payload) == without_cursor(want)
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +107,25 @@ def test_calls_over_http(corpus: Corpus, server: HttpServer) -> None:
     run = inspector("--method", "tools/call", "--tool-name", CONVERSATIONS, "--tool-arg", "scope=children",
                     "--header", auth, target=[server.url])  # fmt: skip
     check_call(run, corpus, CONVERSATIONS, {"scope": "children"}, None)
+
+
+def test_a_cursor_from_one_run_continues_in_the_next(corpus: Corpus, tmp_path: Path) -> None:
+    """Each Inspector run is a session of its own: the cursor carries everything the next page needs."""
+    target = stdio_target(corpus, tmp_path)
+    ours: dict[str, Any] = {"scope": "descendants", "limit": 1}
+    theirs = dict(ours)
+    for _ in range(10):
+        pairs = [f"{key}={json.dumps(value)}" for key, value in ours.items()]
+        run = inspector("-e", f"CCWEB_SOURCE_SESSION_ID={SOURCE}", "--method", "tools/call", "--tool-name", CONVERSATIONS,
+                        "--tool-arg", *pairs, target=target)  # fmt: skip
+        want = reference.list_conversations(str(corpus.path), theirs, SOURCE)[0]
+        assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
+        payload = json.loads(run.stdout)["structuredContent"]
+        assert without_cursor(payload) == without_cursor(want)
+        if payload["nextCursor"] is None:
+            return
+        ours["cursor"], theirs["cursor"] = payload["nextCursor"], want["nextCursor"]
+    raise AssertionError("the pages never ended")
 
 
 def test_a_missing_token_is_named(server: HttpServer) -> None:

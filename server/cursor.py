@@ -1,0 +1,69 @@
+"""Page cursors: opaque to the caller, bound to the query that made them (pure functions).
+
+A cursor is the base64url text of a position (compact JSON) followed by a tag: a BLAKE2b MAC of the
+position keyed by the query's fingerprint (tool, conversation, scope, source, filters, ids). A cursor
+passed with another query, cut, mistyped or altered fails the tag and is refused; nothing of a
+refused cursor is ever used.
+
+There is no secret (docs/decisions.md): a position is a sort key of the answer (updatedAt and id, or
+an input's place in its conversation), never a row id or an offset, so a cursor holds across
+processes sharing an index and across an index rebuild. Whoever forges a tag can only name another
+position of a query they could make anyway.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+from collections.abc import Sequence
+from typing import Any
+
+# Bumped when the position format changes: it keys the tag, so older cursors are refused cleanly.
+CURSOR_FORMAT = 1
+# Longer than any cursor this module makes (an id is at most 128 characters): the rest is refused unread.
+MAX_CURSOR_CHARS = 512
+_TAG_BYTES = 12
+
+
+class BadCursor(ValueError):
+    """The cursor is not one this query made."""
+
+
+def _key(query: Sequence[Any]) -> bytes:
+    text = json.dumps([CURSOR_FORMAT, *query], separators=(",", ":"), ensure_ascii=True)
+    return hashlib.blake2b(text.encode(), digest_size=32).digest()
+
+
+def _tag(query: Sequence[Any], payload: bytes) -> bytes:
+    return hashlib.blake2b(payload, key=_key(query), digest_size=_TAG_BYTES).digest()
+
+
+def encode(query: Sequence[Any], position: Sequence[Any]) -> str:
+    payload = json.dumps(list(position), separators=(",", ":"), ensure_ascii=True).encode()
+    return base64.urlsafe_b64encode(payload + _tag(query, payload)).rstrip(b"=").decode()
+
+
+def decode(query: Sequence[Any], cursor: str) -> list[Any]:
+    """The position `encode(query, position)` was given. Raises BadCursor for anything else."""
+    if not 0 < len(cursor) <= MAX_CURSOR_CHARS or not cursor.isascii():
+        raise BadCursor
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+    except (binascii.Error, ValueError):
+        raise BadCursor from None
+    # Only the canonical spelling: b64decode skips characters outside the alphabet.
+    if base64.urlsafe_b64encode(raw).rstrip(b"=").decode() != cursor or len(raw) <= _TAG_BYTES:
+        raise BadCursor
+    payload, tag = raw[:-_TAG_BYTES], raw[-_TAG_BYTES:]
+    if not hmac.compare_digest(tag, _tag(query, payload)):
+        raise BadCursor
+    try:
+        position = json.loads(payload)
+    except ValueError:
+        raise BadCursor from None
+    if not isinstance(position, list):
+        raise BadCursor
+    return position
