@@ -15,7 +15,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_http import (
     LIST_INPUTS,
     TOKEN,
-    HttpServer,
     http_client_for,
     http_server,
     start_http_server,
@@ -27,10 +26,6 @@ from conftest import Corpus, session
 from faults import rlimit_prefix
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def detail(server: HttpServer) -> httpx2.Response:
-    return server.healthz(params={"detail": "1"}, headers=AUTH)
 
 
 def wait_for(condition: Any, timeout: float = 60) -> None:
@@ -49,7 +44,7 @@ def test_without_the_token_only_ok(tmp_path: Path, corpus: Corpus, db_path: Path
                                 ({}, AUTH), ({"detail": "0"}, AUTH)):  # fmt: skip
             response = server.healthz(params=params, headers=headers)
             assert (response.status_code, response.json()) == (200, {"ok": True}), (params, headers)
-        doc = detail(server).json()
+        doc = server.detail().json()
         assert doc["ok"] is True and doc["status"] == "ready" and doc["sessions"] == 6
         assert {"watcher", "lastReconcile", "connections", "calls", "openFiles"} <= set(doc)
         assert httpx2.get(f"{server.base}/metrics", timeout=10).status_code == 401
@@ -71,7 +66,7 @@ def test_ok_is_false_while_the_index_cannot_be_written(tmp_path: Path) -> None:
     db = tmp_path / "index" / "index.sqlite"
     server = start_http_server(corpus.path, db, tmp_path / "log", token=TOKEN, prefix=rlimit_prefix(256 * 1024), healthy=False)
     try:
-        wait_for(lambda: detail(server).json()["status"].startswith("index cannot be written"))
+        wait_for(lambda: server.detail().json()["status"].startswith("index cannot be written"))
         response = server.healthz()
         assert (response.status_code, response.json()) == (503, {"ok": False})
         resource.prlimit(server.proc.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
@@ -86,7 +81,7 @@ def test_ok_is_false_while_the_index_cannot_be_written(tmp_path: Path) -> None:
             return server.healthz().status_code == 200
 
         wait_for(answered_from_the_index)
-        assert detail(server).json()["status"] == "ready"
+        assert server.detail().json()["status"] == "ready"
     finally:
         stop(server)
 
@@ -97,7 +92,7 @@ def test_ok_is_false_while_the_watcher_is_down(tmp_path: Path, corpus: Corpus, d
         shutil.rmtree(corpus.path)
         wait_for(lambda: server.healthz().status_code == 503)
         assert server.healthz().json() == {"ok": False}
-        assert detail(server).json()["status"] == "sessions directory missing"
+        assert server.detail().json()["status"] == "sessions directory missing"
         write_two_families(Corpus(corpus.path))
         wait_for(lambda: server.healthz().status_code == 200)
 

@@ -63,6 +63,10 @@ class HttpServer:
     def healthz(self, **kwargs: Any) -> httpx2.Response:
         return httpx2.get(f"{self.base}/healthz", timeout=10, **kwargs)
 
+    def detail(self) -> httpx2.Response:
+        """`/healthz?detail=1` with the tests' token (the detail is for the token's holders)."""
+        return self.healthz(params={"detail": "1"}, headers={"Authorization": f"Bearer {TOKEN}"})
+
 
 def start_http_server(
     sessions_dir: Path, db: Path, log: Path, *, token: str | None = None, args: tuple[str, ...] = (),

@@ -46,10 +46,6 @@ from conftest import CCWEB_INDEX, Corpus, session
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def detail(server: HttpServer) -> dict[str, Any]:
-    return server.healthz(params={"detail": "1"}, headers=AUTH).json()
-
-
 def call_body(name: str, arguments: dict[str, Any] | None = None, request_id: Any = 1) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": name, "arguments": arguments or {}}}
 
@@ -113,7 +109,7 @@ def test_a_slowloris_is_cut_off_at_the_read_timeout(tmp_path: Path, corpus: Corp
         silent = connect(server)
         assert closed_by_server(silent, within=15)
         silent.close()
-        assert detail(server)["connections"]["timedOut"] >= 2
+        assert server.detail().json()["connections"]["timedOut"] >= 2
 
 
 def test_an_idle_keep_alive_connection_is_closed(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
@@ -165,7 +161,7 @@ def test_an_idle_flood_cannot_lock_a_client_out(tmp_path: Path, corpus: Corpus, 
                 times.append(time.monotonic() - started)
                 assert not is_error and [i["content"] for i in payload["inputs"]] == OWN_INPUTS["orchA"]
             health = server.healthz()
-            doc = detail(server)
+            doc = server.detail().json()
             evicted = sum(closed_by_server(sock, within=0.01) for sock in flood)
         print(f"\nidle flood of 60 (cap 20): a client's session answered in {max(times):.2f} s at most; "
               f"{evicted} of the flood's connections evicted")  # fmt: skip
@@ -191,7 +187,7 @@ def test_descriptors_are_reserved_for_the_service(tmp_path: Path, corpus: Corpus
     try:
         limits = Path(f"/proc/{server.proc.pid}/limits").read_text()
         assert re.search(rf"Max open files\s+{hard}\s+{hard}", limits), limits
-        cap = detail(server)["connections"]["max"]
+        cap = server.detail().json()["connections"]["max"]
         assert cap < hard - 128, "the cap leaves the reserve free"
         assert re.search(rf"--max-connections 512 lowered to {cap}", server.stderr())
         with idle_flood(server, hard + 50) as flood:
@@ -201,7 +197,7 @@ def test_descriptors_are_reserved_for_the_service(tmp_path: Path, corpus: Corpus
                 assert not is_error and [i["content"] for i in payload["inputs"]] == ["written during the flood"]
                 payload, _ = client.call(LIST_CONVERSATIONS, {"limit": 1})
                 assert payload["conversations"][0]["conversationId"] == "late"
-            doc = detail(server)
+            doc = server.detail().json()
             print(f"\n{len(flood)} idle connections against {hard} descriptors: {doc['connections']['open']} held "
                   f"(cap {cap}), {doc['openFiles']['open']} descriptors open")  # fmt: skip
             assert doc["openFiles"]["open"] < hard
@@ -280,10 +276,10 @@ def test_calls_beyond_the_caps_are_refused_at_once(tmp_path: Path, corpus: Corpu
     with http_server(corpus.path, db_path, tmp_path / "log", token=TOKEN, args=args) as server, ThreadPoolExecutor(8) as pool:
         with index_locked(db_path, corpus, "orchA", "orchB", "orchC"):
             admitted = [pool.submit(post_call, server, "orchA", call_body(LIST_INPUTS, request_id=n)) for n in (1, 2)]
-            _wait_for(lambda: detail(server)["calls"]["inFlight"] == 2)
+            _wait_for(lambda: server.detail().json()["calls"]["inFlight"] == 2)
             per_client = [tool_payload(post_call(server, "orchA", call_body(LIST_INPUTS, request_id=n))) for n in (3, 4)]
             admitted.append(pool.submit(post_call, server, "orchB", call_body(LIST_INPUTS, request_id=5)))
-            _wait_for(lambda: detail(server)["calls"]["inFlight"] == 3)
+            _wait_for(lambda: server.detail().json()["calls"]["inFlight"] == 3)
             overall = tool_payload(post_call(server, "orchC", call_body(LIST_INPUTS, request_id=6)))
             assert not any(f.done() for f in admitted), "the refusals came back only after the admitted calls"
             health = server.healthz()
@@ -295,7 +291,7 @@ def test_calls_beyond_the_caps_are_refused_at_once(tmp_path: Path, corpus: Corpu
         for future, source in zip(admitted, ["orchA", "orchA", "orchB"]):
             payload, is_error = tool_payload(future.result(timeout=60))
             assert not is_error and [i["content"] for i in payload["inputs"]] == [f"{source} again"]
-        doc = detail(server)
+        doc = server.detail().json()
         assert doc["calls"]["inFlight"] == 0 and doc["calls"]["refused"] == 3
         # Room again: the same client is admitted.
         payload, is_error = tool_payload(post_call(server, "orchA", call_body(LIST_INPUTS)))
@@ -323,12 +319,12 @@ def test_a_call_counts_until_its_work_ends_even_if_the_client_hangs_up(tmp_path:
                 f"Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body
             )
-            _wait_for(lambda: detail(server)["calls"]["inFlight"] == 1)
+            _wait_for(lambda: server.detail().json()["calls"]["inFlight"] == 1)
             sock.close()  # hang up while the call waits for the index
             time.sleep(0.3)
             payload, is_error = tool_payload(post_call(server, "orchA", call_body(LIST_INPUTS, request_id=2)))
             assert is_error and payload["error"]["code"] == "too_many_calls"
-        _wait_for(lambda: detail(server)["calls"]["inFlight"] == 0)
+        _wait_for(lambda: server.detail().json()["calls"]["inFlight"] == 0)
         payload, is_error = tool_payload(post_call(server, "orchA", call_body(LIST_INPUTS, request_id=3)))
         assert not is_error and [i["content"] for i in payload["inputs"]] == ["orchA again"]
 
@@ -383,7 +379,7 @@ def test_a_reused_request_id_never_hangs_or_delays_shutdown(tmp_path: Path, corp
         with ThreadPoolExecutor(2) as pool:
             with index_locked(db_path, corpus, "orchA"):
                 slow = pool.submit(post_call, server, "orchA", call_body(LIST_INPUTS, request_id=7))
-                _wait_for(lambda: detail(server)["calls"]["inFlight"] == 1)
+                _wait_for(lambda: server.detail().json()["calls"]["inFlight"] == 1)
                 fast = post_call(server, "orchB", call_body(LIST_CONVERSATIONS, {"scope": "children"}, request_id=7))
                 assert fast["id"] == 7  # sent while the other call with id 7 was in flight
                 assert [r["conversationId"] for r in tool_payload(fast)[0]["conversations"]] == ["b1"]
@@ -417,7 +413,7 @@ def test_the_source_header_is_read_per_request_on_one_connection(tmp_path: Path,
                 else:
                     assert not is_error and payload["conversationId"] == source
                     assert [i["content"] for i in payload["inputs"]] == OWN_INPUTS[source]
-            assert detail(server)["connections"]["evicted"] == 0
+            assert server.detail().json()["connections"]["evicted"] == 0
 
 
 def test_stdio_rejects_the_http_limits(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
