@@ -136,7 +136,7 @@ class LazyService:
         """`wait=False` (SIGTERM): do not wait for an opening still under way (a first index of a
         large directory); SQLite rolls back what it leaves unfinished, and the index is a cache."""
         if (self._opened.wait() if wait else self._opened.is_set()) and self._service is not None:
-            self._service.close()
+            self._service.close(wait=wait)
 
 
 def build_server(
@@ -184,7 +184,7 @@ async def serve_stdio(service: Service | LazyService, source: str | None, max_wa
     waits = WaitRoom(max_waits)
     server = build_server(service, lambda ctx: source, waits, in_thread=False)
     async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as tasks:
-        close = functools.partial(service.close, wait=False) if isinstance(service, LazyService) else service.close
+        close = functools.partial(service.close, wait=False)
 
         async def end_waits() -> None:
             waits.stop()  # each open wait answers `timedOut`

@@ -128,7 +128,13 @@ class Service:
         threading.Thread(target=run, name="ccweb-index-start", daemon=True).start()
         ready.wait()
 
-    def close(self) -> None:
+    def close(self, *, wait: bool = True) -> None:
+        """`wait=False` (SIGTERM on stdio; the process exits next): a first indexing pass that still
+        holds the index is not waited for; SQLite rolls back what it leaves, and the index is a cache."""
+        if not wait:
+            if not self.handle.lock.acquire(blocking=False):
+                return
+            self.handle.lock.release()
         with self.handle.lock:  # waits for a start in progress; no start begins after this
             self._closed = True
         if self._supervisor is not None:

@@ -70,9 +70,22 @@ async def exit_on_sigterm(
 ) -> None:
     """Run beside the stdio server: on SIGTERM, answer the open waits (`end_waits`), let the answers
     out, `close`, and exit 0."""
+    # The receiver stays open to the end: closing it would put back SIGTERM's default action, and a
+    # second SIGTERM from an impatient supervisor would then kill the process mid-drain (status 143).
     with anyio.open_signal_receiver(signal.SIGTERM) as signals:
         async for _ in signals:
             break
+        await _drain(write_stream, end_waits)
+        try:
+            close()
+        finally:
+            logging.shutdown()
+            sys.stderr.flush()
+            os._exit(0)
+
+
+async def _drain(write_stream: Any, end_waits: Callable[[], Awaitable[None]] | None) -> None:
+    """Answer the open waits, wait for the calls in flight, and let the writer send every answer."""
     if end_waits is not None:
         await end_waits()
     while not calls_in_flight.idle():  # a call in a worker thread answers first, however long it takes
@@ -82,9 +95,3 @@ async def exit_on_sigterm(
         while quiet < _QUIET_POLLS:
             await anyio.sleep(_POLL_SECONDS)
             quiet = quiet + 1 if calls_in_flight.idle() and _written(write_stream) else 0
-    try:
-        close()
-    finally:
-        logging.shutdown()
-        sys.stderr.flush()
-        os._exit(0)

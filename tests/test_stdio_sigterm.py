@@ -127,3 +127,65 @@ def test_an_idle_server_exits_on_sigterm_with_stdin_open(server: Server) -> None
     os.kill(server.proc.pid, signal.SIGTERM)
     assert server.exit_code_within(1.0) == 0, server.log.read_text()
     assert "Traceback" not in server.log.read_text()
+
+
+def test_a_second_sigterm_during_the_drain_still_exits_0(server: Server) -> None:
+    """A supervisor that repeats SIGTERM while the call in flight is still answering must not kill
+    the server by signal (the default action, once the first signal's receiver is closed)."""
+    server.initialize()
+    request_id = server.send("tools/call", {"name": "ccweb_list_user_inputs", "arguments": {"conversationId": "w1"}})
+    deadline = time.monotonic() + 30
+    while not server.marker.exists():
+        assert time.monotonic() < deadline, "the call never began"
+        time.sleep(0.01)
+    os.kill(server.proc.pid, signal.SIGTERM)
+    time.sleep(HOLD_SECONDS / 5)  # the call is still held: the server is draining
+    os.kill(server.proc.pid, signal.SIGTERM)
+    answer = server.receive()
+    assert answer["id"] == request_id and not answer["result"].get("isError"), answer
+    code = server.exit_code_within(2.0)
+    assert code == 0, (code, server.log.read_text())
+
+
+SLOW_FIRST_PASS = """
+import time
+from pathlib import Path
+from ccweb_index.indexer import refresh
+
+_reconcile = refresh.Indexer.reconcile
+
+def slow_reconcile(self, *args, **kwargs):
+    Path({marker!r}).touch()
+    time.sleep(60)  # a first pass over a very large directory, holding the index meanwhile
+    return _reconcile(self, *args, **kwargs)
+
+refresh.Indexer.reconcile = slow_reconcile
+"""
+
+
+def test_sigterm_during_the_first_indexing_pass_exits_at_once(tmp_path: Path, corpus: Corpus) -> None:
+    """The first pass holds the index; a stop must not wait for it to end (SQLite rolls back what it
+    leaves, and the index is a cache)."""
+    corpus.write("w1", session("hello"))
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    marker = tmp_path / "pass-began"
+    (hooks / "sitecustomize.py").write_text(SLOW_FIRST_PASS.format(marker=str(marker)))
+    log = tmp_path / "server.log"
+    command = [CCWEB_INDEX, "serve", "--no-watch", "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "i.sqlite")]
+    with open(log, "w") as errlog:
+        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog,
+                                env=clean_env(PYTHONPATH=str(hooks)))  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the first pass never began"
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=2.0) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdin is not None
+        proc.stdin.close()
