@@ -27,9 +27,10 @@ from pathlib import Path
 
 import platformdirs
 
+from ccweb_index.indexer import stored as _stored
 from ccweb_index.indexer.errors import IndexBroken, IndexMismatch, IndexUnavailable, translate
 from ccweb_index.indexer.private import make_private_dir, open_private, prepare_database, refuse_inside_sessions
-from ccweb_index.indexer.stored import STORED_CHARS_KEY, STORED_INPUT_CHARS
+from ccweb_index.indexer.stored import STORED_CHARS_KEY
 from ccweb_index.indexer.tuning import BUSY_TIMEOUT_ENV, milliseconds_from_env
 
 log = logging.getLogger("ccweb_index")
@@ -246,12 +247,13 @@ def _migrate_and_claim(conn: sqlite3.Connection, sessions_dir: str) -> None:
 def _check_stored_chars(conn: sqlite3.Connection) -> None:
     """Raise _Outdated when the index was written keeping fewer code points of each input than
     an answer can show now (indexer.stored): its short text must never answer."""
+    keep = _stored.STORED_INPUT_CHARS  # read at each open, as stored_head reads it at each cut
     stored = get_meta(conn, STORED_CHARS_KEY)
-    if not isinstance(stored, int) or stored < STORED_INPUT_CHARS:
-        raise _Outdated(f"keeps {stored} code points of each input, fewer than the {STORED_INPUT_CHARS} an answer can show")
-    if stored > STORED_INPUT_CHARS:
+    if not isinstance(stored, int) or stored < keep:
+        raise _Outdated(f"keeps {stored} code points of each input, fewer than the {keep} an answer can show")
+    if stored > keep:
         # Rows written from now on keep less: say so, so that raising the constant again rebuilds.
-        set_meta(conn, **{STORED_CHARS_KEY: STORED_INPUT_CHARS})
+        set_meta(conn, **{STORED_CHARS_KEY: keep})
 
 
 def _discard(path: Path) -> None:

@@ -376,7 +376,7 @@ class _Flight:
         size = _size(chunk)
         if self.chunks == 0:
             return True
-        return self.bytes + size <= self.budget and not (self.big and size > _CHUNK_BYTES)
+        return self.bytes + size <= self.budget and not (self.big and _alone(chunk))
 
     def sent(self, chunk: list[Wanted]) -> None:
         self._count(chunk, 1)
@@ -388,11 +388,18 @@ class _Flight:
         size = _size(chunk)
         self.bytes += sign * size
         self.chunks += sign
-        self.big += sign * (size > _CHUNK_BYTES)
+        self.big += sign * _alone(chunk)
 
 
 def _size(chunk: list[Wanted]) -> int:
     return sum(w.size for w in chunk)
+
+
+def _alone(chunk: list[Wanted]) -> bool:
+    """A file larger than a chunk, which `_chunks` sends alone. Not any chunk over _CHUNK_BYTES: a
+    chunk of small files closes only once it passes that size, and counting those as large files
+    let one worker parse at a time."""
+    return len(chunk) == 1 and chunk[0].size > _CHUNK_BYTES
 
 
 # Messages are length-prefixed pickles on unbuffered pipes: `select` on the pipe is then exact (no

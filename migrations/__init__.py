@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from sqlite_utils import Database, Migrations
 
-from ccweb_index.indexer import tree
-from ccweb_index.indexer.stored import STORED_CHARS_KEY, STORED_INPUT_CHARS, stored_head
+from ccweb_index.indexer import stored, tree
+from ccweb_index.indexer.stored import STORED_CHARS_KEY, stored_head
 
 migrations = Migrations("ccweb-index")
 
@@ -89,7 +89,7 @@ def m004_input_heads(db: Database) -> None:
     db.conn.create_function("ccweb_chars", 1, len, deterministic=True)
     db.execute("ALTER TABLE user_inputs ADD COLUMN original_chars INTEGER NOT NULL DEFAULT 0")
     db.execute("UPDATE user_inputs SET original_chars = ccweb_chars(content), content = ccweb_head(content)")
-    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (STORED_CHARS_KEY, STORED_INPUT_CHARS))
+    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (STORED_CHARS_KEY, stored.STORED_INPUT_CHARS))
 
 
 @migrations()
