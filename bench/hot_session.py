@@ -39,6 +39,8 @@ SOURCE = "src"
 SMALL = 200
 APPENDED = 10  # messages per write, one of them a user input
 KINDS = ("children", "all", "inputs_small", "inputs_hot")
+# The HTTP server always wants a token (docs/security.md); this one is given, so none is made in the user's config.
+TOKEN = "hot-session-bench-token-0123456789"
 
 
 # --- the corpus ------------------------------------------------------------------------------------
@@ -114,7 +116,9 @@ def start_http(command: list[str], env: dict[str, str], sessions: Path, db: Path
 
     args = [*command, "serve", "--transport", "http", "--port", "0", "--sessions-dir", str(sessions), "--db", str(db)]
     with open(log, "wb") as err:
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env={**env, "CCWEB_INDEX_TOKEN": TOKEN}
+        )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         found = re.search(r"serving MCP on (http://\S+/mcp)", log.read_text(errors="replace"))
@@ -138,7 +142,7 @@ async def connect(transport: str, command: list[str], env: dict[str, str], sessi
     async with AsyncExitStack() as stack:
         if transport == "http":
             http = await stack.enter_async_context(
-                httpx2.AsyncClient(headers={"X-Ccweb-Source-Session": SOURCE}, timeout=httpx2.Timeout(60, read=120))
+                httpx2.AsyncClient(headers={"X-Ccweb-Source-Session": SOURCE, "Authorization": f"Bearer {TOKEN}"}, timeout=httpx2.Timeout(60, read=120))
             )
             read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
         else:

@@ -334,12 +334,44 @@ def read_session_file(path: str, max_bytes: int = DEFAULT_MAX_SESSION_BYTES) -> 
     raise AssertionError("unreachable")
 
 
-def _read_all(fd: int, size_hint: int, max_bytes: int) -> bytes:
+def read_session_parts(
+    path: str, max_bytes: int, head_bytes: int, locate: Callable[[bytes], int | None]
+) -> tuple[bytes, bytes | None, Signature, int]:
+    """Read a session file's first `head_bytes`, then everything from the offset `locate(head)`
+    names to the end (None, and nothing more read, when it names none or the file is shorter):
+    (head, rest, signature, time it was read). What resuming a large file needs, never the bytes in
+    between. Checked as `read_session_file` checks a whole read: one descriptor, the signature
+    before and after, the end reached; a file still changing is read again, and after a few
+    attempts returned stamped racy."""
+    for attempt in range(_READ_ATTEMPTS):
+        looked_at = time.time_ns()
+        fd, before = _open_checked(path, max_bytes)
+        try:
+            head = _read_head(fd, head_bytes)
+            at = locate(head)
+            beyond = at is None or at > before.st_size  # nothing to read from there
+            rest = None if beyond or at is None else _read_all(fd, before.st_size - at, max_bytes - at, at=at)
+            after = os.fstat(fd)
+        finally:
+            os.close(fd)
+        sig = Signature.of(after)
+        complete = rest is None or (at or 0) + len(rest) == after.st_size
+        if sig == Signature.of(before) and complete:
+            return head, rest, sig, looked_at
+        if attempt == _READ_ATTEMPTS - 1:
+            return head, rest, sig, sig.ctime_ns  # still changing: racy
+    raise AssertionError("unreachable")
+
+
+def _read_all(fd: int, size_hint: int, max_bytes: int, *, at: int | None = None) -> bytes:
+    """The file's bytes from the descriptor's position (or from offset `at`, with pread) to its end;
+    TooLarge past `max_bytes` of them."""
     chunks = []
     total = 0
     want = max(size_hint, 0) + 1  # one byte more, to see a file that grew since fstat
     while True:
-        chunk = os.read(fd, min(max(want, 1 << 16), max_bytes + 1 - total))
+        size = min(max(want, 1 << 16), max_bytes + 1 - total)
+        chunk = os.read(fd, size) if at is None else os.pread(fd, size, at + total)
         if not chunk:
             break
         chunks.append(chunk)
@@ -348,3 +380,16 @@ def _read_all(fd: int, size_hint: int, max_bytes: int) -> bytes:
             raise TooLarge(total, max_bytes)  # grew past the limit while being read
         want = 1 << 20
     return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+
+
+def _read_head(fd: int, size: int) -> bytes:
+    """The file's first `size` bytes, or all of it when shorter."""
+    chunks = []
+    total = 0
+    while total < size:
+        chunk = os.pread(fd, size - total, total)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)

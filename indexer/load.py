@@ -30,7 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 from ccweb_index.indexer.files import (
@@ -41,9 +41,19 @@ from ccweb_index.indexer.files import (
     lstat_session,
     racy_mark,
     read_session_file,
+    read_session_parts,
 )
 from ccweb_index.indexer.row import SessionRow
-from ccweb_index.indexer.sessionfile import Checkpoint, Unreadable, parse_session, resume_session
+from ccweb_index.indexer.sessionfile import (
+    Checkpoint,
+    ParsedSession,
+    Unreadable,
+    messages_offset,
+    parse_session,
+    region_size,
+    resume_parts,
+    resume_session,
+)
 from ccweb_index.indexer.stored import stored_head
 
 log = logging.getLogger("ccweb_index")
@@ -61,6 +71,9 @@ CHECKPOINT_MIN_BYTES = 1024 * 1024
 # times this far apart, before it is parsed whole: a rewrite of a big file takes a while.
 _SETTLE_ATTEMPTS = 10
 _SETTLE_SECONDS = 0.02
+# A resume reads this much of the file's start to find its messages array; a header longer than
+# that (never seen from cc-web) makes the file parse whole.
+_HEAD_BYTES = 64 * 1024
 _CHUNK_BYTES = 8 * 1024 * 1024
 _CHUNK_FILES = 64
 _CHUNKS_IN_FLIGHT = 2  # per worker: one parsed while the other's answer is read
@@ -175,33 +188,39 @@ def _load(
 ) -> Loaded | None | NotResumed:
     """`load_session`; with whole=False, NOT_RESUMED instead of parsing a file that cannot be resumed."""
     path = os.path.join(sessions_dir, session_id + ".json")
-    for attempt in range(_SETTLE_ATTEMPTS):
+    parsed: ParsedSession | None = None
+    for attempt in range(_SETTLE_ATTEMPTS if resume_from is not None else 0):
+        assert resume_from is not None
+        try:
+            parsed, sig, looked_at, size = _resume(path, max_bytes, resume_from)
+        except NotASession:
+            return None
+        except (TooLarge, OSError, MemoryError) as exc:
+            return _not_read(sessions_dir, session_id, exc)
+        if parsed is not None or attempt == _SETTLE_ATTEMPTS - 1:
+            break
+        time.sleep(_SETTLE_SECONDS)
+        if not _moved_on(sessions_dir, session_id, sig):
+            break
+    base = resume_from if parsed is not None else None
+    if parsed is None:
+        if not whole and resume_from is not None:
+            return NotResumed(size)
         try:
             data, sig, looked_at = read_session_file(path, max_bytes)
         except NotASession:
             return None
         except (TooLarge, OSError, MemoryError) as exc:
             return _not_read(sessions_dir, session_id, exc)
-        try:
-            parsed = None if resume_from is None else resume_session(data, resume_from)
-        except MemoryError as exc:
-            return _not_now(session_id, exc)
-        if parsed is not None or resume_from is None or attempt == _SETTLE_ATTEMPTS - 1:
-            break
-        time.sleep(_SETTLE_SECONDS)
-        if not _moved_on(sessions_dir, session_id, sig):
-            break
-    racy = racy_mark(sig, looked_at)
-    base = resume_from if parsed is not None else None
-    if parsed is None:
-        if not whole:
-            return NotResumed(len(data))
+        size = len(data)
         try:
             parsed = parse_session(data, checkpoint_from=CHECKPOINT_MIN_BYTES)
         except Unreadable as exc:
-            return Loaded(session_id, sig, racy, exc.reason, len(data))
+            return Loaded(session_id, sig, racy_mark(sig, looked_at), exc.reason, size)
         except MemoryError as exc:
             return _not_now(session_id, exc)
+        del data
+    racy = racy_mark(sig, looked_at)
     updated = parsed.updated_at_ms if parsed.updated_at_ms is not None else sig.mtime_ns // 1_000_000
     first = parsed.inputs_before
     row = SessionRow(
@@ -215,7 +234,31 @@ def _load(
         (seq, i.message_id, i.created_at_ms, stored_head(i.content), len(i.content))
         for seq, i in enumerate(parsed.user_inputs, first)
     ]
-    return Loaded(session_id, sig, racy, None, len(data), row, inputs, checkpoint=parsed.checkpoint, base=base)
+    return Loaded(session_id, sig, racy, None, size, row, inputs, checkpoint=parsed.checkpoint, base=base)
+
+
+def _resume(path: str, max_bytes: int, cp: Checkpoint) -> tuple[ParsedSession | None, Signature, int, int]:
+    """(the file resumed from `cp`, or None; the signature and time of the read; the bytes read).
+    Only the header, the prefix's region and what follows the cut are read (sessionfile.Checkpoint);
+    a checkpoint without a region is checked against the whole prefix, so the file is read whole."""
+    if cp.region is None:
+        data, sig, looked_at = read_session_file(path, max_bytes)
+        return resume_session(data, cp), sig, looked_at, len(data)
+    start: list[int] = []
+
+    def locate(head: bytes) -> int | None:
+        at = messages_offset(head)
+        if at is None or at >= len(head):
+            return None  # no messages array in the first _HEAD_BYTES: parsed whole
+        start.append(at)
+        return at + cp.cut - region_size(cp.cut)
+
+    head, rest, sig, looked_at = read_session_parts(path, max_bytes, _HEAD_BYTES, locate)
+    if rest is None:
+        return None, sig, looked_at, sig.size
+    region = region_size(cp.cut)
+    parsed = resume_parts(head[: start[0] + 1], rest[:region], rest[region:], cp)
+    return parsed, sig, looked_at, len(rest)
 
 
 def _not_read(sessions_dir: str, session_id: str, exc: TooLarge | OSError | MemoryError) -> Loaded | None:
@@ -268,7 +311,7 @@ def _unflatten(flat: tuple[Any, ...] | None) -> Loaded | None:
 
 
 def _flat_checkpoint(cp: Checkpoint | None) -> tuple[object, ...] | None:
-    return None if cp is None else (cp.cut, cp.crc, cp.messages, cp.inputs, cp.first_time, cp.newest_time, cp.times_known)
+    return None if cp is None else astuple(cp)
 
 
 def load_many(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ccweb_index.indexer import store
@@ -103,14 +103,19 @@ class Indexer:
                 self.handle.reconciled()
         return stats
 
-    def refresh(self, session_ids: Iterable[str]) -> RefreshStats:
-        """Bring these sessions in line: stat each, and read those whose signature moved or is racy."""
+    def refresh(self, session_ids: Iterable[str], *, seen: Mapping[str, int] | None = None) -> RefreshStats:
+        """Bring these sessions in line: stat each, and read those whose signature moved or is racy.
+
+        `seen`: a watcher's, when (wall clock, ns) it saw each file's latest change. A racy row whose
+        read began after that, and whose signature is the file's now, is not read again: that read
+        saw the change (another thread or process indexed it first), and any change since brings a
+        new event, so the racy rule's worry (a change in the same timestamp tick) is covered."""
         ids = sorted(set(session_ids))
         if not ids:
             return RefreshStats()
         with self.handle.connection() as conn:
             stored = store.stored_signatures(conn, ids)
-        return self._bring_in_line(ids, stored)
+        return self._bring_in_line(ids, stored, seen=seen or {})
 
     # --- the work ---------------------------------------------------------------------------
 
@@ -128,6 +133,7 @@ class Indexer:
         stored: dict[str, store.Stored],
         *,
         progress: Progress = NO_PROGRESS,
+        seen: Mapping[str, int] | None = None,
     ) -> RefreshStats:
         """Stat `ids`, read (outside the lock) those that moved, and commit them in short batches.
 
@@ -139,7 +145,7 @@ class Indexer:
         stats.examined = len(ids)
         looked = False
         for attempt in range(_RESUME_ATTEMPTS + 1):
-            gone, wanted = self._examine(ids, stored)
+            gone, wanted = self._examine(ids, stored, seen or {})
             looked = looked or bool(wanted)
             resume = attempt < _RESUME_ATTEMPTS
             ids = self._load_and_write(wanted, gone, stored, stats, progress, resume=resume)
@@ -159,8 +165,11 @@ class Indexer:
             self.on_indexed()
         return stats
 
-    def _examine(self, ids: Iterable[str], stored: dict[str, store.Stored]) -> tuple[list[str], list[tuple[str, int]]]:
-        """(ids whose file is gone, (id, size) of those to read): one lstat each, no lock."""
+    def _examine(
+        self, ids: Iterable[str], stored: dict[str, store.Stored], seen: Mapping[str, int]
+    ) -> tuple[list[str], list[tuple[str, int]]]:
+        """(ids whose file is gone, (id, size) of those to read): one lstat each, no lock. `seen`:
+        as in `refresh`."""
         gone: list[str] = []
         wanted: list[tuple[str, int]] = []
         for session_id in ids:
@@ -169,7 +178,9 @@ class Indexer:
             if st is None:
                 if known is not None:
                     gone.append(session_id)
-            elif known is None or known.racy or known.sig != Signature.of(st):
+            elif known is None or known.sig != Signature.of(st):
+                wanted.append((session_id, st.st_size))
+            elif known.racy and known.racy < seen.get(session_id, known.racy + 1):
                 wanted.append((session_id, st.st_size))
         # In key order, a build appends to the tables' B-trees instead of rewriting pages all over them.
         wanted.sort()

@@ -56,10 +56,15 @@ class Checkpoint:
     """Where a session file's messages array can be resumed from, and what came before that point.
 
     The prefix is the array's bytes from its "[" up to the start of its last element: the last
-    element is always read again, as cc-web may still be filling it in. `crc` proves the prefix
-    unchanged (zlib.crc32: it runs without the GIL, at memory speed). The times are the prefix's
-    first and newest message times, valid only where `times_known` says they were computed (a full
-    parse computes them only when the header lacks createdAt / updatedAt).
+    element is always read again, as cc-web may still be filling it in. `region` proves the prefix
+    unchanged as far as an append-only reader can afford to look: the crc32 of its last
+    REGION_BYTES (all of it when shorter), so that resuming reads the header, that region and the
+    new tail, never the whole prefix (docs/design.md, "Appends"). `crc` is the crc32 of the whole
+    prefix as indexed, carried forward from the tail at each resume; it is what a checkpoint
+    without a region (an older index's) is checked against, by reading the whole prefix. The
+    times are the prefix's first and newest message times, valid only where `times_known` says
+    they were computed (a full parse computes them only when the header lacks createdAt /
+    updatedAt).
     """
 
     cut: int
@@ -69,6 +74,16 @@ class Checkpoint:
     first_time: int | None
     newest_time: int | None
     times_known: int  # FIRST_KNOWN | NEWEST_KNOWN
+    region: int | None = None  # None: an older index's checkpoint, checked by the whole-prefix `crc`
+
+
+# How much of the prefix, just before the cut, a resume reads and checks (see Checkpoint).
+REGION_BYTES = 64 * 1024
+
+
+def region_size(cut: int) -> int:
+    """The bytes of a prefix of `cut` bytes that its region check covers."""
+    return min(cut, REGION_BYTES)
 
 
 FIRST_KNOWN, NEWEST_KNOWN = 1, 2
@@ -150,15 +165,27 @@ def resume_session(data: bytes, checkpoint: Checkpoint) -> ParsedSession | None:
     result is what `parse_session` gives, except that `user_inputs` holds only the inputs after the
     first `inputs_before` (which the index keeps from the checkpoint's version).
     """
-    start = _messages_offset(data)
-    cut = checkpoint.cut
-    if start is None or start + cut >= len(data) or data[start + cut] in b"]":
+    start = messages_offset(data)
+    if start is None:
         return None
-    view = memoryview(data)
-    if zlib.crc32(view[start : start + cut]) != checkpoint.crc:
+    cut = checkpoint.cut
+    checked = data[start + cut - (cut if checkpoint.region is None else region_size(cut)) : start + cut]
+    return resume_parts(data[: start + 1], checked, data[start + cut :], checkpoint)
+
+
+def resume_parts(head: bytes, checked: bytes, rest: bytes, checkpoint: Checkpoint) -> ParsedSession | None:
+    """`resume_session` from the parts of the file it needs, so that a caller can read only those:
+    `head`, the document up to and including the messages array's "["; `checked`, the prefix's
+    bytes that prove it unchanged (its region, or the whole prefix for a checkpoint without one);
+    `rest`, everything from the cut to the end of the file."""
+    cut, start = checkpoint.cut, len(head) - 1
+    whole = checkpoint.region is None
+    if len(checked) != (cut if whole else region_size(cut)) or not rest or rest[:1] in b"]":
+        return None
+    if zlib.crc32(checked) != (checkpoint.crc if whole else checkpoint.region):
         return None
     # The array without its prefix: "[" followed by the element the checkpoint stopped at.
-    spliced = data[: start + 1] + data[start + cut :]
+    spliced = head + rest
     try:
         _check_text(spliced)
         doc = _document.decode(spliced)
@@ -175,10 +202,12 @@ def resume_session(data: bytes, checkpoint: Checkpoint) -> ParsedSession | None:
     parsed.inputs_before = checkpoint.inputs
     tail = _checkpoint(spliced, doc.messages, last, at=start)
     if tail is not None:
+        grown = memoryview(rest)[: tail.cut - 1]  # the tail's own prefix, without its "["
+        new_cut = cut + len(grown)
         parsed.checkpoint = Checkpoint(
-            cut + tail.cut - 1,
-            zlib.crc32(view[start + cut : start + cut + tail.cut - 1], checkpoint.crc),
+            new_cut, zlib.crc32(grown, checkpoint.crc),
             tail.messages, tail.inputs, tail.first_time, tail.newest_time, tail.times_known,
+            zlib.crc32((checked[-REGION_BYTES:] + grown)[-region_size(new_cut) :]),
         )  # fmt: skip
     return parsed
 
@@ -325,7 +354,7 @@ def _from_document(doc: _Document, walk: _Walk) -> tuple[ParsedSession, _Walk | 
 def _checkpoint(data: bytes, raw: msgspec.Raw, before_last: _Walk, *, at: int | None = None) -> Checkpoint | None:
     """The checkpoint at the start of the last element of `raw`, the messages array of `data`
     (found at byte `at`, or by looking for it). None when it cannot be placed for certain."""
-    start = _messages_offset(data) if at is None else at
+    start = messages_offset(data) if at is None else at
     array = memoryview(raw)
     if start is None or memoryview(data)[start : start + len(array)] != array:
         return None  # not the array msgspec read (a duplicate "messages" key, or numbers re-encoded)
@@ -337,8 +366,9 @@ def _checkpoint(data: bytes, raw: msgspec.Raw, before_last: _Walk, *, at: int | 
         end -= 1
     cut = end - len(memoryview(elements[-1]))
     crc = zlib.crc32(array[:cut])
+    region = zlib.crc32(array[cut - region_size(cut) : cut])
     w = before_last
-    return Checkpoint(cut, crc, w.messages, w.inputs, w.first_time, w.newest_time, w.times_known)
+    return Checkpoint(cut, crc, w.messages, w.inputs, w.first_time, w.newest_time, w.times_known, region)
 
 
 # --- where the messages array is, without decoding it ------------------------------------------
@@ -355,7 +385,7 @@ class _NotFound(Exception):
     pass
 
 
-def _messages_offset(data: bytes) -> int | None:
+def messages_offset(data: bytes) -> int | None:
     """Where the value of the first top-level "messages" key starts, or None. Only the keys before
     it are scanned (values skipped by a tokenizer, not decoded); msgspec checks the rest."""
     found: list[int] = []

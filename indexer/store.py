@@ -51,7 +51,7 @@ def settled_signatures(conn: sqlite3.Connection) -> tuple[dict[str, tuple[int, i
 
 def stored_checkpoints(conn: sqlite3.Connection, ids: list[str]) -> dict[str, Checkpoint]:
     """The checkpoints of the indexed (last good) versions of these sessions, where there are any."""
-    sql = "SELECT session_id, cut, crc, messages, inputs, first_time, newest_time, times_known FROM checkpoints"
+    sql = "SELECT session_id, cut, crc, messages, inputs, first_time, newest_time, times_known, region FROM checkpoints"
     rows = []
     for start in range(0, len(ids), IDS_PER_STATEMENT):
         chunk = ids[start : start + IDS_PER_STATEMENT]
@@ -86,7 +86,8 @@ def record_loaded(conn: sqlite3.Connection, loaded: list[Loaded]) -> None:
     )
     conn.executemany("DELETE FROM checkpoints WHERE session_id = ?", [(item.session_id,) for item in parsed])
     conn.executemany(
-        "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO checkpoints (session_id, cut, crc, messages, inputs, first_time, newest_time, times_known, region) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(item.session_id, *astuple(item.checkpoint)) for item in parsed if item.checkpoint is not None],
     )
     tree.update(conn, edges, ids)

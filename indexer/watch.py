@@ -103,11 +103,12 @@ class Watcher(Protocol):
 
 
 class _DirtySet:
-    """Session ids seen changing and not yet re-indexed, plus an overflow flag (events were lost)."""
+    """Session ids seen changing and not yet re-indexed, each with when (wall clock, ns) its latest
+    change was seen here, plus an overflow flag (events were lost)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._ids: set[str] = set()
+        self._ids: dict[str, int] = {}
         self._overflow = False
         self.applying = threading.Lock()  # held by whoever is applying a batch (apply_dirty)
         # When the oldest change not yet applied was seen: the watcher's lag is the age of this.
@@ -115,7 +116,7 @@ class _DirtySet:
 
     def add(self, session_id: str) -> None:
         with self._cond:
-            self._ids.add(session_id)
+            self._ids[session_id] = time.time_ns()
             if self.oldest_pending_at is None:
                 self.oldest_pending_at = time.monotonic()
             self._cond.notify_all()
@@ -127,16 +128,17 @@ class _DirtySet:
                 self.oldest_pending_at = time.monotonic()
             self._cond.notify_all()
 
-    def take(self) -> tuple[set[str], bool, float | None]:
+    def take(self) -> tuple[dict[str, int], bool, float | None]:
         with self._cond:
             taken = self._ids, self._overflow, self.oldest_pending_at
-            self._ids, self._overflow, self.oldest_pending_at = set(), False, None
+            self._ids, self._overflow, self.oldest_pending_at = {}, False, None
             return taken
 
-    def restore(self, ids: set[str], overflow: bool, since: float | None) -> None:
+    def restore(self, ids: dict[str, int], overflow: bool, since: float | None) -> None:
         """Put back a batch that could not be applied."""
         with self._cond:
-            self._ids |= ids
+            for session_id, seen in ids.items():
+                self._ids[session_id] = max(seen, self._ids.get(session_id, 0))
             self._overflow = self._overflow or overflow
             if since is not None and (self.oldest_pending_at is None or since < self.oldest_pending_at):
                 self.oldest_pending_at = since
@@ -236,7 +238,7 @@ def apply_dirty(indexer: Indexer, dirty: _DirtySet) -> set[str]:
             if overflow:
                 stats = indexer.reconcile()
             elif ids:
-                stats = indexer.refresh(ids)
+                stats = indexer.refresh(ids, seen=ids)
             else:
                 return set()
         except BaseException:
@@ -244,7 +246,7 @@ def apply_dirty(indexer: Indexer, dirty: _DirtySet) -> set[str]:
             raise
         deferred = set(stats.deferred)
         if deferred:
-            dirty.restore(deferred, False, since)
+            dirty.restore({i: ids.get(i, 0) for i in deferred}, False, since)
         return deferred
 
 

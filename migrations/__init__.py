@@ -184,3 +184,12 @@ def m007_tree_links(db: Database) -> None:
     # scope "descendants" reads one range like scope "children" does, however large the tree.
     tree.create(db.conn)
     tree.relink_all(db.conn)
+
+
+@migrations()
+def m008_checkpoint_regions(db: Database) -> None:
+    # The crc32 of the last bytes of a checkpoint's prefix (indexer.sessionfile.Checkpoint.region), so
+    # that resuming a grown file reads its header, that region and its tail, not the whole prefix.
+    # The checkpoints an older index holds have none (NULL): they are checked against the whole
+    # prefix once, as before, and the next checkpoint of each file has one.
+    db.execute("ALTER TABLE checkpoints ADD COLUMN region INTEGER")

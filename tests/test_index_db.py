@@ -16,7 +16,7 @@ from conftest import Corpus, session
 
 ALL_MIGRATIONS = [
     "m001_sessions", "m002_user_inputs", "m003_meta", "m004_input_heads", "m005_checkpoints", "m006_changes",
-    "m007_tree_links",
+    "m007_tree_links", "m008_checkpoint_regions",
 ]
 
 

@@ -52,7 +52,7 @@ def content(db: Path) -> dict[str, Any]:
         return {
             "sessions": conn.execute("SELECT * FROM sessions ORDER BY id").fetchall(),
             "inputs": conn.execute("SELECT * FROM user_inputs ORDER BY session_id, seq").fetchall(),
-            "checkpoints": conn.execute("SELECT session_id, cut, crc, messages, inputs FROM checkpoints").fetchall(),
+            "checkpoints": conn.execute("SELECT session_id, cut, crc, region, messages, inputs FROM checkpoints").fetchall(),
         }
     finally:
         conn.close()

@@ -69,7 +69,9 @@ def assert_same(resumed: ParsedSession, full: ParsedSession, before: ParsedSessi
     assert (resumed.checkpoint is None) == (full.checkpoint is None)
     if resumed.checkpoint is not None and full.checkpoint is not None:
         ours, theirs = resumed.checkpoint, full.checkpoint
-        assert (ours.cut, ours.crc, ours.messages, ours.inputs) == (theirs.cut, theirs.crc, theirs.messages, theirs.inputs)
+        assert (ours.cut, ours.crc, ours.region, ours.messages, ours.inputs) == (
+            theirs.cut, theirs.crc, theirs.region, theirs.messages, theirs.inputs
+        )  # fmt: skip
 
 
 @st.composite
