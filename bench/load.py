@@ -2,6 +2,7 @@
 sessions per second (atomic and in-place writes mixed), every answer checked.
 
     python -m bench.load [--clients 8] [--calls 1000] [--sessions 100] [--rate 100] [--http-clients 5]
+                         [--write-mode mixed|atomic|inplace|truncate|append] [--no-watch]
 
 Prints one JSON report (see tests/loadtest.py for the method and why the check is sound): calls,
 wrong answers, problems, write rate, latency by transport, and the servers' RSS at the start (after
@@ -17,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from loadtest import LoadSpec, run  # noqa: E402
+from loadtest import WRITE_MODES, LoadSpec, run  # noqa: E402
 
 
 def main() -> int:
@@ -31,11 +32,15 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--index-per-process", action="store_true",
                         help="give each stdio server its own index (default: all servers share one)")
+    parser.add_argument("--write-mode", choices=WRITE_MODES, default="mixed",
+                        help="how the writer writes: atomic rename, in place, truncate-then-write, append, or "
+                             "mixed (atomic or in place at random)")
+    parser.add_argument("--no-watch", action="store_true", help="no server has a watcher (the HTTP one included)")
     parser.add_argument("--workdir", type=Path, help="keep the corpus, logs and answers here")
     args = parser.parse_args()
     spec = LoadSpec(sessions=args.sessions, clients=args.clients, calls=args.calls, rate=args.rate,
                     http_clients=args.http_clients, stdio_no_watch=args.stdio_no_watch, seed=args.seed,
-                    shared_index=not args.index_per_process)  # fmt: skip
+                    shared_index=not args.index_per_process, write_mode=args.write_mode, no_watch=args.no_watch)  # fmt: skip
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)
     report = run(spec, args.workdir)

@@ -23,6 +23,7 @@ Answers that fit no combination, tool errors and exceptions are failures.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -104,21 +105,83 @@ def version_doc(session_id: str, version: int) -> dict[str, Any]:
     return doc
 
 
-def version_bytes(session_id: str, version: int) -> bytes:
+def version_bytes(session_id: str, version: int, mode: str = "mixed") -> bytes:
+    if mode == "append":
+        return _append_head(session_id) + b"".join(_appended(session_id, k) for k in range(version)) + _append_tail(session_id, version)
     return json.dumps(version_doc(session_id, version), ensure_ascii=False).encode()
 
 
-def write(directory: Path, session_id: str, version: int, how: str) -> None:
-    data = version_bytes(session_id, version)
+# The "append" mode: each session starts over load.CHECKPOINT_MIN_BYTES (so that the index keeps a
+# checkpoint and resumes it) and only grows, a message at a time, written in place from where the
+# new bytes start (the messages array's end); the fields after the array change with every version.
+APPEND_BASE_MESSAGES = 2400
+
+
+@functools.cache
+def _append_head(session_id: str) -> bytes:
+    doc = version_doc(session_id, 0)
+    head = {k: v for k, v in doc.items() if k not in ("messages", "status", "updatedAt")}
+    messages = [
+        {"id": f"b{k}", "role": "user" if k % 4 == 0 else "assistant", "createdAt": f"2026-10-{1 + k % 28:02d}T08:00:00.000Z",
+         "content": f"{session_id} base {k} " + "x" * 400}
+        for k in range(APPEND_BASE_MESSAGES)
+    ]  # fmt: skip
+    text = json.dumps(head | {"messages": messages}, ensure_ascii=False).encode()
+    return text[: text.rindex(b"]")]  # open: the array's "]" and "}" come with each version's tail
+
+
+@functools.cache
+def _appended(session_id: str, k: int) -> bytes:
+    role = "user" if k % 2 == 0 else "assistant"
+    message = {"id": f"n{k}", "role": role, "content": f"{session_id} appended {k}", "createdAt": "2026-11-30T08:00:00.000Z"}
+    return b"," + json.dumps(message, ensure_ascii=False).encode()
+
+
+def _append_tail(session_id: str, version: int) -> bytes:
+    doc = version_doc(session_id, version % VERSIONS)
+    return b"]," + json.dumps({"status": doc["status"], "updatedAt": doc["updatedAt"]}).encode()[1:]
+
+
+def write(directory: Path, session_id: str, version: int, how: str, mode: str = "mixed", data: bytes | None = None) -> None:
+    """`how`: atomic (a temporary file renamed over it), inplace (written over, then truncated),
+    truncate (Node's fs.writeFile: truncated on open, then written), append (the new bytes written
+    from where they differ from the previous version, `version - 1`). `data`: `new_bytes`' answer."""
+    data = new_bytes(session_id, version, how, mode) if data is None else data
     target = directory / f"{session_id}.json"
     if how == "atomic":
         tmp = directory / f".{session_id}.json.tmp"
         tmp.write_bytes(data)
         os.replace(tmp, target)
+    elif how == "truncate":
+        with open(target, "wb") as f:
+            f.write(data)
+    elif how == "append":
+        with open(target, "r+b") as f:
+            f.seek(_append_head_size(session_id, version - 1))
+            f.write(data)
+            f.truncate()
     else:
         with open(target, "r+b" if target.exists() else "wb") as f:
             f.write(data)
             f.truncate()
+
+
+def new_bytes(session_id: str, version: int, how: str, mode: str) -> bytes:
+    """What `write` writes: the whole version, or for an append only what follows the previous one."""
+    if how == "append":
+        return _appended(session_id, version - 1) + _append_tail(session_id, version)
+    return version_bytes(session_id, version, mode)
+
+
+def _append_head_size(session_id: str, appended: int) -> int:
+    """Where the first `appended` appended messages end (what versions from `appended` on share)."""
+    return len(_append_head(session_id)) + sum(len(_appended(session_id, k)) for k in range(appended))
+
+
+# Modes as `write` calls them; "mixed" is atomic or in place at random (issue #5's load test).
+WRITE_MODES = ("mixed", "atomic", "inplace", "truncate", "append")
+# Writes that can be caught half-way (the file is rewritten where it is): the torn-write rule.
+TORN_HOWS = frozenset({"inplace", "truncate", "append"})
 
 
 # --- the writer process ------------------------------------------------------------------------------------
@@ -133,12 +196,17 @@ def writer_main(spec: dict[str, Any]) -> None:
     log = []
     stop = Path(spec["stop_file"])
     next_at = time.monotonic()
+    mode = spec["mode"]
     while not stop.exists():
         session_id = rng.choice(ids)
-        version = rng.choice([v for v in range(VERSIONS) if v != current[session_id]])
-        how = rng.choice(["atomic", "inplace"])
+        if mode == "append":
+            version = current[session_id] + 1
+        else:
+            version = rng.choice([v for v in range(VERSIONS) if v != current[session_id]])
+        how = rng.choice(["atomic", "inplace"]) if mode == "mixed" else mode
+        data = new_bytes(session_id, version, how, mode)  # made before the write is timed
         started = time.monotonic()
-        write(directory, session_id, version, how)
+        write(directory, session_id, version, how, mode, data)
         ended = time.monotonic()
         current[session_id] = version
         log.append((session_id, version, how, started, ended))
@@ -263,8 +331,9 @@ class Timeline:
 
     writes: dict[str, list[tuple[float, float, int, str]]] = field(default_factory=lambda: defaultdict(list))
 
-    def options(self, session_id: str, start: float, end: float) -> set[int]:
-        """The versions an answer for a call running from `start` to `end` may reflect."""
+    def options(self, session_id: str, start: float, end: float, torn: bool = True) -> set[int]:
+        """The versions an answer for a call running from `start` to `end` may reflect; with
+        torn=False, without the last good versions the torn-write rule lets stand in."""
         writes = self.writes[session_id]
         settled = 0
         seen = {0}
@@ -278,25 +347,37 @@ class Timeline:
                 settled = version
             else:  # overlaps the call
                 found.add(version)
-                in_place = in_place or how == "inplace"
+                in_place = in_place or how in TORN_HOWS
         found.add(settled)
-        if in_place:  # torn meanwhile: its last good version, which may be any earlier one
+        if in_place and torn:  # torn meanwhile: its last good version, which may be any earlier one
             found |= seen
         return found
+
+
+class _Facts(dict[tuple[str, int], dict[str, Any]]):
+    """reference.session_facts of each (session, version), computed when first asked for."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.mode = mode
+
+    def __missing__(self, key: tuple[str, int]) -> dict[str, Any]:
+        session_id, version = key
+        self[key] = facts = reference.session_facts(json.loads(version_bytes(session_id, version, self.mode)), session_id, 0)
+        return facts
 
 
 class Oracle:
     """tests/reference.py over versions held in memory (its file reading stubbed out)."""
 
-    def __init__(self, ids: list[str], placeholder_dir: Path) -> None:
+    def __init__(self, ids: list[str], placeholder_dir: Path, mode: str = "mixed") -> None:
         self.ids = ids
         self.dir = placeholder_dir
+        self.mode = mode
         placeholder_dir.mkdir(parents=True, exist_ok=True)
         for session_id in ids:
             (placeholder_dir / f"{session_id}.json").touch()  # names to list; contents come from below
-        self.facts = {
-            (s, v): reference.session_facts(json.loads(version_bytes(s, v)), s, 0) for s in ids for v in range(VERSIONS)
-        }
+        self.facts = _Facts(mode)
         self._cache: dict[Any, tuple[dict[str, Any], bool]] = {}
 
     def _with_state(self, state: dict[str, int], call: Any) -> tuple[dict[str, Any], bool]:
@@ -398,19 +479,20 @@ class Oracle:
         return None
 
 
-def check_call(oracle: Oracle, timeline: Timeline, source: str, record: list[Any]) -> str | None:
-    """None if the answer is one a from-scratch computation during the call could give."""
+def check_call(oracle: Oracle, timeline: Timeline, source: str, record: list[Any], torn: bool = True) -> str | None:
+    """None if the answer is one a from-scratch computation during the call could give (with
+    torn=False: without a last good version standing in for a file caught mid-write)."""
     name, arguments, started, ended, payload, is_error = record
     if is_error:
         return f"{name} {arguments}: tool error {payload}"
     if name == INPUTS:
         session_id = arguments.get("conversationId", source)
-        for version in timeline.options(session_id, started, ended):
+        for version in timeline.options(session_id, started, ended, torn):
             want, want_error = oracle.inputs(session_id, version, arguments, source)
             if not want_error and without_cursor(want) == without_cursor(payload):  # a cursor is opaque
                 return None
         return f"{name} {arguments}: no version of {session_id} alive during the call gives {payload}"
-    choices = {s: sorted(timeline.options(s, started, ended)) for s in oracle.ids}
+    choices = {s: sorted(timeline.options(s, started, ended, torn)) for s in oracle.ids}
     problem = oracle.conversations_possible(choices, arguments, source, payload)
     return None if problem is None else f"{name} {arguments}: {problem}; answer {payload}"
 
@@ -430,12 +512,15 @@ class LoadSpec:
     seed: int = 1
     # One index for every server process (issue #3's deployment), or one per process.
     shared_index: bool = True
+    write_mode: str = "mixed"  # WRITE_MODES
+    # No server has a watcher (the HTTP one included; `stdio_no_watch` is then moot).
+    no_watch: bool = False
 
 
-def _start_http(sessions: Path, db: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def _start_http(sessions: Path, db: Path, log: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
     import httpx2
 
-    command = [_command(), "serve", "--transport", "http", "--port", "0", "--sessions-dir", str(sessions), "--db", str(db)]
+    command = [_command(), "serve", "--transport", "http", "--port", "0", "--sessions-dir", str(sessions), "--db", str(db), *extra]
     with open(log, "wb") as err:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                 env=_clean_env(CCWEB_INDEX_TOKEN=HTTP_TOKEN))  # fmt: skip
@@ -468,17 +553,17 @@ def run(spec: LoadSpec, workdir: Path | None = None) -> dict[str, Any]:
         db = workdir / "index.sqlite"
         ids = session_ids(spec.sessions)
         for session_id in ids:
-            write(sessions, session_id, 0, "atomic")
+            write(sessions, session_id, 0, "atomic", spec.write_mode)
         build = subprocess.run([_command(), "build", "--sessions-dir", str(sessions), "--db", str(db)],
                                capture_output=True, text=True, env=_clean_env())  # fmt: skip
         if build.returncode != 0:
             raise RuntimeError(build.stderr)
-        server, url = _start_http(sessions, db, workdir / "http.log")
+        server, url = _start_http(sessions, db, workdir / "http.log", ["--no-watch"] if spec.no_watch else [])
         procs: list[subprocess.Popen[str]] = []
         try:
             stop_file = workdir / "stop-writing"
             writer_spec = {"sessions": str(sessions), "ids": ids, "seed": spec.seed, "rate": spec.rate,
-                           "stop_file": str(stop_file), "out": str(workdir / "writes.json")}  # fmt: skip
+                           "stop_file": str(stop_file), "out": str(workdir / "writes.json"), "mode": spec.write_mode}  # fmt: skip
             writer = subprocess.Popen([sys.executable, __file__, "writer", json.dumps(writer_spec)], env=_clean_env())
             client_specs = []
             stdio_index = 0
@@ -486,7 +571,7 @@ def run(spec: LoadSpec, workdir: Path | None = None) -> dict[str, Any]:
                 http = n < spec.http_clients
                 server_args: list[str] = []
                 if not http:
-                    if stdio_index < spec.stdio_no_watch:
+                    if spec.no_watch or stdio_index < spec.stdio_no_watch:
                         server_args = ["--no-watch"]
                     stdio_index += 1
                 client_db = db if spec.shared_index or http else workdir / f"index-{n}.sqlite"
@@ -531,9 +616,9 @@ def run(spec: LoadSpec, workdir: Path | None = None) -> dict[str, Any]:
         writes = json.loads((workdir / "writes.json").read_text())
         for session_id, version, how, w_start, w_end in writes:
             timeline.writes[session_id].append((w_start, w_end, version, how))
-        oracle = Oracle(ids, workdir / "placeholders")
+        oracle = Oracle(ids, workdir / "placeholders", spec.write_mode)
         latencies: dict[str, list[float]] = defaultdict(list)
-        checked = wrong = 0
+        checked = wrong = stale = 0
         rss_stdio = []
         for n, client_spec in enumerate(client_specs):
             out = workdir / f"client{n}.json"
@@ -543,11 +628,16 @@ def run(spec: LoadSpec, workdir: Path | None = None) -> dict[str, Any]:
             problems += [f"client {n}: {e}" for e in result["errors"]]
             if result["rss_kb"]:
                 rss_stdio.append({"client": n, "args": client_spec["server_args"], **result["rss_kb"]})
-            transport = client_spec["transport"] + ("-no-watch" if client_spec["server_args"] else "")
+            no_watch = client_spec["server_args"] or (spec.no_watch and client_spec["transport"] == "http")
+            transport = client_spec["transport"] + ("-no-watch" if no_watch else "")
             for record in result["records"]:
                 latencies[transport].append(record[3] - record[2])
                 checked += 1
-                problem = check_call(oracle, timeline, client_spec["source"], record)
+                problem = check_call(oracle, timeline, client_spec["source"], record, torn=False)
+                if problem:
+                    # Only a last good version standing in for a file caught mid-write explains it?
+                    problem = check_call(oracle, timeline, client_spec["source"], record)
+                    stale += problem is None
                 if problem:
                     wrong += 1
                     problems.append(f"client {n} ({transport}): {problem}"[:2000])
@@ -566,10 +656,13 @@ def run(spec: LoadSpec, workdir: Path | None = None) -> dict[str, Any]:
             "calls": checked,
             "calls_per_second": round(checked / elapsed, 1) if elapsed else None,
             "wrong_answers": wrong,
+            # Right only as a last good version standing in for a file caught mid-write (the
+            # torn-write rule, docs/reliability.md); wrong answers include every other stale one.
+            "stale_torn_answers": stale,
             "problems": problems,
             "writes": len(writes),
             "writes_per_second": round(len(writes) / elapsed, 1) if elapsed else None,
-            "in_place_writes": sum(1 for w in writes if w[2] == "inplace"),
+            "in_place_writes": sum(1 for w in writes if w[2] in TORN_HOWS),
             "write_ms_p99": round(_percentile(write_seconds, 99) * 1000, 3),
             "latency_ms": {t: {"p50": round(_percentile(v, 50) * 1000, 1), "p99": round(_percentile(v, 99) * 1000, 1),
                                "n": len(v)} for t, v in sorted(latencies.items())},  # fmt: skip
