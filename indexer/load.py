@@ -71,6 +71,8 @@ CHECKPOINT_MIN_BYTES = 1024 * 1024
 # times this far apart, before it is parsed whole: a rewrite of a big file takes a while.
 _SETTLE_ATTEMPTS = 10
 _SETTLE_SECONDS = 0.02
+# Without waiting, how long a file that could not be resumed is given to show that it is moving.
+_GLANCE_SECONDS = 0.001
 # A resume reads this much of the file's start to find its messages array; a header longer than
 # that (never seen from cc-web) makes the file parse whole.
 _HEAD_BYTES = 64 * 1024
@@ -99,6 +101,9 @@ class Loaded:
     # Resumed from this checkpoint of the indexed version: `inputs` are only those from seq
     # `base.inputs` on, and the index's rows before them stay.
     base: Checkpoint | None = None
+    # Caught being written, by a look that need not wait for it (`Wanted.patient`): like a
+    # transient failure, nothing of it may be recorded; its next event brings it back.
+    writing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +113,9 @@ class Wanted:
     session_id: str
     size: int
     resume_from: Checkpoint | None = None
+    # False: the index's version is known to be the file's latest complete one (refresh.py), so a
+    # file caught being written is not waited for: `Loaded.writing` comes back at once.
+    patient: bool = True
 
 
 # A session that keeps changing while unreadable (growing past the size limit, rewritten in a loop)
@@ -184,12 +192,14 @@ def load_session(
 
 
 def _load(
-    sessions_dir: str, session_id: str, max_bytes: int, resume_from: Checkpoint | None, *, whole: bool
+    sessions_dir: str, session_id: str, max_bytes: int, resume_from: Checkpoint | None, *, whole: bool, patient: bool = True
 ) -> Loaded | None | NotResumed:
-    """`load_session`; with whole=False, NOT_RESUMED instead of parsing a file that cannot be resumed."""
+    """`load_session`; with whole=False, NOT_RESUMED instead of parsing a file that cannot be resumed;
+    with patient=False, a file that cannot be resumed because it is being written is not waited for."""
     path = os.path.join(sessions_dir, session_id + ".json")
     parsed: ParsedSession | None = None
-    for attempt in range(_SETTLE_ATTEMPTS if resume_from is not None else 0):
+    attempts = _SETTLE_ATTEMPTS if patient else 1
+    for attempt in range(attempts if resume_from is not None else 0):
         assert resume_from is not None
         try:
             parsed, sig, looked_at, size = _resume(path, max_bytes, resume_from)
@@ -197,11 +207,13 @@ def _load(
             return None
         except (TooLarge, OSError, MemoryError) as exc:
             return _not_read(sessions_dir, session_id, exc)
-        if parsed is not None or attempt == _SETTLE_ATTEMPTS - 1:
+        if parsed is not None or (patient and attempt == attempts - 1):
             break
-        time.sleep(_SETTLE_SECONDS)
+        time.sleep(_SETTLE_SECONDS if patient else _GLANCE_SECONDS)
         if not _moved_on(sessions_dir, session_id, sig):
             break
+        if not patient:
+            return Loaded(session_id, sig, 0, "being written", size, writing=True)
     base = resume_from if parsed is not None else None
     if parsed is None:
         if not whole and resume_from is not None:
@@ -297,16 +309,17 @@ def _flatten(item: Loaded | None) -> tuple[object, ...] | None:
     sig = (item.sig.ino, item.sig.size, item.sig.mtime_ns, item.sig.ctime_ns)
     row = None if item.row is None else tuple(item.row)
     checkpoint, base = _flat_checkpoint(item.checkpoint), _flat_checkpoint(item.base)
-    return (item.session_id, sig, item.racy, item.error, item.size, row, item.inputs, item.transient, checkpoint, base)
+    return (item.session_id, sig, item.racy, item.error, item.size, row, item.inputs, item.transient, checkpoint, base, item.writing)
 
 
 def _unflatten(flat: tuple[Any, ...] | None) -> Loaded | None:
     if flat is None:
         return None
-    session_id, sig, racy, error, size, row, inputs, transient, checkpoint, base = flat
+    session_id, sig, racy, error, size, row, inputs, transient, checkpoint, base, writing = flat
     return Loaded(
         session_id, Signature(*sig), racy, error, size, None if row is None else SessionRow._make(row), inputs,
         transient, None if checkpoint is None else Checkpoint(*checkpoint), None if base is None else Checkpoint(*base),
+        writing,
     )  # fmt: skip
 
 
@@ -327,9 +340,9 @@ def load_many(
         if w.resume_from is None:
             whole.append(w)
             continue
-        loaded = _load(sessions_dir, w.session_id, max_bytes, w.resume_from, whole=False)
+        loaded = _load(sessions_dir, w.session_id, max_bytes, w.resume_from, whole=False, patient=w.patient)
         if isinstance(loaded, NotResumed):
-            whole.append(Wanted(w.session_id, max(w.size, loaded.size, w.resume_from.cut), w.resume_from))
+            whole.append(Wanted(w.session_id, max(w.size, loaded.size, w.resume_from.cut), w.resume_from, w.patient))
         else:
             yield w.session_id, loaded
     workers = os.cpu_count() or 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ccweb_index.indexer import store
 from ccweb_index.indexer.db import get_meta, set_meta, write_transaction
@@ -37,6 +37,9 @@ class RefreshStats:
     # Files that could not be read now (files.is_transient), with why: nothing was recorded of
     # them, so they are still due; the caller looks again (the watcher, with back-off).
     deferred: dict[str, str] = field(default_factory=dict)
+    # Files caught being written and not waited for (`written` in `Indexer.refresh`): nothing was
+    # recorded of them; the end of the write brings an event.
+    writing: set[str] = field(default_factory=set)
 
 
 class Indexer:
@@ -103,19 +106,32 @@ class Indexer:
                 self.handle.reconciled()
         return stats
 
-    def refresh(self, session_ids: Iterable[str], *, seen: Mapping[str, int] | None = None) -> RefreshStats:
+    def refresh(
+        self,
+        session_ids: Iterable[str],
+        *,
+        seen: Mapping[str, int] | None = None,
+        written: Callable[[str], int] | None = None,
+    ) -> RefreshStats:
         """Bring these sessions in line: stat each, and read those whose signature moved or is racy.
 
         `seen`: a watcher's, when (wall clock, ns) it saw each file's latest change. A racy row whose
         read began after that, and whose signature is the file's now, is not read again: that read
         saw the change (another thread or process indexed it first), and any change since brings a
-        new event, so the racy rule's worry (a change in the same timestamp tick) is covered."""
+        new event, so the racy rule's worry (a change in the same timestamp tick) is covered.
+
+        `written`: an inotify watcher's, when it saw a write of the file complete (its close, or a
+        rename onto it) last, or began to watch. A row whose version was read after that is the
+        file's latest complete version, so a file caught being written again is not waited for
+        (the torn-write wait is for a complete version the index may have missed): nothing of it
+        is recorded, it is in `writing`, and the end of the write brings an event
+        (docs/design.md, "A file being written")."""
         ids = sorted(set(session_ids))
         if not ids:
             return RefreshStats()
         with self.handle.connection() as conn:
             stored = store.stored_signatures(conn, ids)
-        return self._bring_in_line(ids, stored, seen=seen or {})
+        return self._bring_in_line(ids, stored, seen=seen or {}, written=written)
 
     # --- the work ---------------------------------------------------------------------------
 
@@ -134,6 +150,7 @@ class Indexer:
         *,
         progress: Progress = NO_PROGRESS,
         seen: Mapping[str, int] | None = None,
+        written: Callable[[str], int] | None = None,
     ) -> RefreshStats:
         """Stat `ids`, read (outside the lock) those that moved, and commit them in short batches.
 
@@ -148,7 +165,8 @@ class Indexer:
             gone, wanted = self._examine(ids, stored, seen or {})
             looked = looked or bool(wanted)
             resume = attempt < _RESUME_ATTEMPTS
-            ids = self._load_and_write(wanted, gone, stored, stats, progress, resume=resume)
+            current = {i for i, _ in wanted if _is_latest(stored.get(i), written, i)}
+            ids = self._load_and_write(wanted, gone, stored, stats, progress, resume=resume, current=current)
             if not ids:
                 break
             with self.handle.connection() as conn:
@@ -195,13 +213,15 @@ class Indexer:
         progress: Progress,
         *,
         resume: bool,
+        current: set[str],
     ) -> list[str]:
-        """Load `wanted` and commit batches of it; the ids to look at again (their base moved)."""
+        """Load `wanted` and commit batches of it; the ids to look at again (their base moved).
+        `current`: files whose indexed version is their latest complete one (`refresh`'s `written`)."""
         checkpoints: dict[str, Checkpoint] = {}
         if resume and wanted:
             with self.handle.connection() as conn:
                 checkpoints = store.stored_checkpoints(conn, [session_id for session_id, _ in wanted])
-        plan = [Wanted(session_id, size, checkpoints.get(session_id)) for session_id, size in wanted]
+        plan = [Wanted(i, size, checkpoints.get(i), i not in current) for i, size in wanted]
         again: list[str] = []
         pending: list[Loaded] = []
         pending_bytes = 0
@@ -212,10 +232,15 @@ class Indexer:
         for session_id, loaded in loads:
             known = stored.get(session_id)
             if loaded is not None and torn.worth_waiting_for(loaded, known is not None and known.good):
-                loaded = torn.settle(loaded, checkpoints.get(session_id))
+                if session_id in current:  # the version before this write stands, and is the latest
+                    loaded = replace(loaded, writing=True)
+                else:
+                    loaded = torn.settle(loaded, checkpoints.get(session_id))
             if loaded is None:
                 if session_id in stored:
                     gone.append(session_id)
+            elif loaded.writing:
+                stats.writing.add(session_id)
             elif loaded.transient:
                 stats.deferred[session_id] = loaded.error or ""
             else:
@@ -280,3 +305,13 @@ class Indexer:
         # Neither is the file now. Only a strictly later ctime says the item is the later state: with
         # coarse timestamps, equal ctimes may be two states in either order.
         return row.sig.ctime_ns < item.sig.ctime_ns
+
+
+def _is_latest(known: store.Stored | None, written: Callable[[str], int] | None, session_id: str) -> bool:
+    """Whether the row holds its file's latest complete version, by a watcher's word (`written`, in
+    `Indexer.refresh`): its version was read (a racy read, which records when it began, and one
+    that parsed) after the last write of the file the watcher saw complete."""
+    return (
+        written is not None and known is not None and known.good and known.clean
+        and known.racy > written(session_id)
+    )  # fmt: skip

@@ -28,10 +28,11 @@ class Stored:
     sig: Signature
     racy: int  # files.racy_mark: 0 when settled, else when the racy read began (1: an older index's "racy")
     good: bool  # a readable version is kept
+    clean: bool = True  # no error: the kept version is the one the last look (at `racy`) read
 
 
 def stored_signatures(conn: sqlite3.Connection, ids: list[str] | None = None) -> dict[str, Stored]:
-    sql = "SELECT id, ino, size, mtime_ns, ctime_ns, racy, good FROM sessions"
+    sql = "SELECT id, ino, size, mtime_ns, ctime_ns, racy, good, error IS NULL FROM sessions"
     if ids is None:
         rows = conn.execute(sql).fetchall()
     else:
@@ -39,7 +40,7 @@ def stored_signatures(conn: sqlite3.Connection, ids: list[str] | None = None) ->
         for start in range(0, len(ids), IDS_PER_STATEMENT):
             chunk = ids[start : start + IDS_PER_STATEMENT]
             rows += conn.execute(f"{sql} WHERE id IN ({','.join('?' * len(chunk))})", chunk).fetchall()
-    return {row[0]: Stored(Signature(*row[1:5]), row[5], bool(row[6])) for row in rows}
+    return {row[0]: Stored(Signature(*row[1:5]), row[5], bool(row[6]), bool(row[7])) for row in rows}
 
 
 def settled_signatures(conn: sqlite3.Connection) -> tuple[dict[str, tuple[int, int, int, int]], list[str]]:

@@ -113,10 +113,22 @@ class _DirtySet:
         self.applying = threading.Lock()  # held by whoever is applying a batch (apply_dirty)
         # When the oldest change not yet applied was seen: the watcher's lag is the age of this.
         self.oldest_pending_at: float | None = None
+        # Wall clock (ns) when the watch began, and when a write of each file was last seen complete
+        # (its close after writing, or a rename onto it); None: the watcher does not see those.
+        self.watching_since: int | None = None
+        self._completed: dict[str, int] = {}
 
-    def add(self, session_id: str) -> None:
+    def written(self, session_id: str) -> int:
+        """After what moment a completed write of the file would have been seen (Indexer.refresh)."""
+        assert self.watching_since is not None
         with self._cond:
-            self._ids[session_id] = time.time_ns()
+            return self._completed.get(session_id, self.watching_since)
+
+    def add(self, session_id: str, *, completed: bool = False) -> None:
+        with self._cond:
+            self._ids[session_id] = now = time.time_ns()
+            if completed:
+                self._completed[session_id] = now
             if self.oldest_pending_at is None:
                 self.oldest_pending_at = time.monotonic()
             self._cond.notify_all()
@@ -238,7 +250,8 @@ def apply_dirty(indexer: Indexer, dirty: _DirtySet) -> set[str]:
             if overflow:
                 stats = indexer.reconcile()
             elif ids:
-                stats = indexer.refresh(ids, seen=ids)
+                written = None if dirty.watching_since is None else dirty.written
+                stats = indexer.refresh(ids, seen=ids, written=written)
             else:
                 return set()
         except BaseException:
@@ -306,6 +319,7 @@ class InotifyWatcher:
             os.fsencode(self._cookie_dir), self._cookie_mask, self._callbacks.cookie, CallbackId(1)
         )
         before = dir_identity(self.indexer.sessions_dir)
+        self.dirty.watching_since = time.time_ns()
         self._session_wd = self._inotify.add_callback(
             os.fsencode(self.indexer.sessions_dir), self._session_mask, self._callbacks.sessions, CallbackId(2)
         )
@@ -376,7 +390,7 @@ class InotifyWatcher:
         if event.name:
             session_id = session_id_from_name(os.fsdecode(event.name))
             if session_id is not None:
-                self.dirty.add(session_id)
+                self.dirty.add(session_id, completed=event.is_close_write or event.is_moved_to)
 
 
 class _Callbacks:

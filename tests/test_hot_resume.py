@@ -8,6 +8,8 @@
 - A checkpoint from an older index (no region, migration m008) is checked against the whole prefix.
 - A watcher does not read again a racy row that another process (or thread) read after the change
   the watcher was told about; it does read one read before it.
+- A file caught being written is not waited for when a watcher saw no write of it complete after
+  the index's version was read (that version is then the latest complete one); it is otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pytest
 from test_isolation import big_session, content, open_indexer, without_racy
 
 from ccweb_index.indexer import load, sessionfile
+from ccweb_index.indexer import torn as load_torn
 
 from conftest import Corpus
 
@@ -130,3 +133,52 @@ def test_a_watcher_does_not_read_again_what_another_process_read_after_the_chang
     assert second.refresh(["hot"]).read == 1, "a racy row was trusted without a watcher's word"
     first.handle.close()
     second.handle.close()
+
+
+# --- a file being written, when the index is known to hold its latest complete version --------------
+
+
+def test_a_torn_file_whose_row_is_its_latest_version_is_not_waited_for(corpus: Corpus, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A watcher saw the last write complete before the row's version was read: a torn read now is a
+    write in flight, and the version before it is the latest complete one. Nothing is recorded, no
+    time is spent waiting; with a completed write seen after the read, the torn-write wait runs."""
+    corpus.write("s", big_session(3))
+    indexer = open_indexer(corpus.path, db_path)
+    completed_before = time.time_ns()
+    indexer.refresh(["s"])  # a racy read: it records when it began
+    before = content(db_path)
+    corpus.write("s", b'{"title": "half-writ')
+    waited: list[str] = []
+    real_settle = load_torn.TornWrites.settle
+
+    def settle(self: Any, loaded: Any, *args: Any) -> Any:
+        waited.append(loaded.session_id)
+        return real_settle(self, loaded, *args)
+
+    monkeypatch.setattr(load_torn.TornWrites, "settle", settle)
+    stats = indexer.refresh(["s"], written=lambda _: completed_before)
+    assert stats.writing == {"s"} and waited == [] and stats.read == 0
+    assert content(db_path) == before, "a write in flight was recorded"
+    stats = indexer.refresh(["s"], written=lambda _: time.time_ns())
+    assert waited == ["s"] and stats.read == 1 and not stats.writing
+    indexer.handle.close()
+
+
+def test_a_big_file_being_written_is_not_waited_for_when_its_row_is_current(corpus: Corpus, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = big_session(MESSAGES)
+    corpus.write("hot", doc)
+    indexer = open_indexer(corpus.path, db_path)
+    completed_before = time.time_ns()
+    indexer.refresh(["hot"])
+    before = content(db_path)
+    data = corpus.file("hot").read_bytes()
+    corpus.write("hot", data[: len(data) - 200])  # truncated, then written: the end is not there yet
+    monkeypatch.setattr(load, "_moved_on", lambda *args: True)  # and its writer is still at it
+    whole: list[int] = []
+    real = load.parse_session
+    monkeypatch.setattr(load, "parse_session", lambda data, **kw: whole.append(len(data)) or real(data, **kw))
+    stats = indexer.refresh(["hot"], written=lambda _: completed_before)
+    assert stats.writing == {"hot"} and whole == [] and content(db_path) == before
+    stats = indexer.refresh(["hot"])  # without a watcher's word: waited for, then parsed whole
+    assert not stats.writing and whole
+    indexer.handle.close()
