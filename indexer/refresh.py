@@ -234,7 +234,9 @@ class Indexer:
             # A resumed read adds to the version its checkpoint describes: it must still be the one here.
             resumed = [item.session_id for item in loaded if item.base is not None]
             held = store.stored_checkpoints(conn, resumed) if resumed else {}
-            stale = {item.session_id for item in loaded if item.base is not None and held.get(item.session_id) != item.base}
+            stale = {
+                item.session_id for item in loaded if item.base is not None and held.get(item.session_id) != item.base
+            }
             loaded = [item for item in loaded if item.session_id not in stale]
             gone = [i for i in gone if i in now and i in stored and now[i].sig == stored[i].sig]
             store.record_loaded(conn, loaded)
@@ -242,7 +244,9 @@ class Indexer:
         self._count(loaded, gone, stored, stats)
         return sorted(stale)
 
-    def _count(self, loaded: list[Loaded], gone: list[str], stored: dict[str, store.Stored], stats: RefreshStats) -> None:
+    def _count(
+        self, loaded: list[Loaded], gone: list[str], stored: dict[str, store.Stored], stats: RefreshStats
+    ) -> None:
         for item in loaded:
             stats.read += 1
             stats.changed.add(item.session_id)
