@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from ccweb_index.indexer import store
+from ccweb_index.indexer import db, store
 from ccweb_index.indexer.db import get_meta, set_meta, write_transaction
+from ccweb_index.indexer.errors import IndexFailure
 from ccweb_index.indexer.faultlog import FaultLog
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, Signature, lstat_session, sweep_sessions
 from ccweb_index.indexer.handle import IndexHandle
@@ -191,11 +193,40 @@ class Indexer:
             with self.handle.connection() as conn:
                 checkpoints = store.stored_checkpoints(conn, [session_id for session_id, _ in wanted])
         plan = [Wanted(session_id, size, checkpoints.get(session_id)) for session_id, size in wanted]
+        sizes = dict(wanted)
+        progress.start(len(sizes), sum(sizes.values()))
+        with self._large_pass(len(plan) > _BATCH_FILES or sum(sizes.values()) > _BATCH_BYTES):
+            return self._load_and_write_plan(plan, checkpoints, gone, stored, stats, progress)
+
+    @contextlib.contextmanager
+    def _large_pass(self, large: bool) -> Iterator[None]:
+        """`db.checkpoint_less_often` for a large pass, set and restored under the lock, which is
+        not held in between (calls go on meanwhile)."""
+        if not large:
+            yield
+            return
+        with self.handle.connection() as conn:
+            restore = db.checkpoint_less_often(conn)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(IndexFailure), self.handle.connection() as now:
+                if now is conn:  # the index was not replaced meanwhile (a new one has the default)
+                    db.checkpoint_every(now, restore)
+
+    def _load_and_write_plan(
+        self,
+        plan: list[Wanted],
+        checkpoints: dict[str, Checkpoint],
+        gone: list[str],
+        stored: dict[str, store.Stored],
+        stats: RefreshStats,
+        progress: Progress,
+    ) -> list[str]:
         again: list[str] = []
         pending: list[Loaded] = []
         pending_bytes = 0
-        sizes = dict(wanted)
-        progress.start(len(sizes), sum(sizes.values()))
+        sizes = {w.session_id: w.size for w in plan}
         loads = load_many(self.sessions_dir, plan, self.max_session_bytes, self.parse_bytes_in_flight)
         torn = TornWrites(self.sessions_dir, self.max_session_bytes)
         for session_id, loaded in loads:
