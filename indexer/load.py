@@ -23,7 +23,6 @@ import contextlib
 import logging
 import os
 import pickle
-import select
 import subprocess
 import sys
 import threading
@@ -31,6 +30,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import astuple, dataclass, field
+from queue import SimpleQueue
 from typing import Any
 
 from ccweb_index.indexer.files import (
@@ -78,7 +78,8 @@ _GLANCE_SECONDS = 0.001
 _HEAD_BYTES = 64 * 1024
 _CHUNK_BYTES = 8 * 1024 * 1024
 _CHUNK_FILES = 64
-_CHUNKS_IN_FLIGHT = 2  # per worker: one parsed while the other's answer is read
+# Per worker: enough queued that it goes on parsing while the caller writes a batch to the index.
+_CHUNKS_IN_FLIGHT = 8
 WORKER_COMMAND = [sys.executable, "-m", "ccweb_index.indexer.load"]
 
 
@@ -347,7 +348,9 @@ def load_many(
             yield w.session_id, loaded
     workers = os.cpu_count() or 1
     total = sum(w.size for w in whole)
-    if not any(w.size >= ALONE_MIN_BYTES for w in whole) and (total < PARALLEL_MIN_BYTES or workers < 2 or len(whole) < 2):
+    if not any(w.size >= ALONE_MIN_BYTES for w in whole) and (
+        total < PARALLEL_MIN_BYTES or workers < 2 or len(whole) < 2
+    ):
         for w in whole:
             yield w.session_id, load_session(sessions_dir, w.session_id, max_bytes, w.resume_from)
         return
@@ -366,6 +369,13 @@ def _load_in_workers(
     queues = {_stdout(proc): (proc, deque[list[Wanted]]()) for proc in procs}
     todo = deque(chunks)
     flight = _Flight(budget)
+    # Each worker's answers are read by a thread of their own as soon as they come, so a worker never
+    # waits on a full pipe while the caller writes a batch to the index (which releases the GIL in
+    # SQLite): parsing and writing overlap. The budget still counts a chunk until it is yielded.
+    inbox: SimpleQueue[tuple[int, Any]] = SimpleQueue()
+    readers = [threading.Thread(target=_read_answers, args=(fd, inbox), daemon=True) for fd in queues]
+    for reader in readers:
+        reader.start()
 
     def retire(fd: int) -> None:
         # A worker died (out of memory, killed): the chunks it held go back to the queue.
@@ -391,18 +401,17 @@ def _load_in_workers(
                     except OSError:
                         retire(fd)
                         break
-            # Take results from whichever worker has some, so no worker waits on another.
-            ready, _, _ = select.select([fd for fd, (_, queue) in queues.items() if queue], [], [])
-            for fd in ready:
-                proc, queue = queues[fd]
-                try:
-                    results = _receive(fd)
-                except Exception:  # a worker that died or garbled its answer is replaced by this process
-                    retire(fd)
-                    continue
-                chunk = queue.popleft()
-                flight.landed(chunk)
-                yield from zip((w.session_id for w in chunk), map(_unflatten, results))
+            fd, results = inbox.get()
+            if fd not in queues:
+                continue  # the last word of a worker retired already
+            if isinstance(
+                results, BaseException
+            ):  # a worker that died or garbled its answer is replaced by this process
+                retire(fd)
+                continue
+            chunk = queues[fd][1].popleft()
+            flight.landed(chunk)
+            yield from zip((w.session_id for w in chunk), map(_unflatten, results))
         while todo:  # no worker left
             chunk = todo.popleft()
             yield from zip((w.session_id for w in chunk), _load_chunk(sessions_dir, chunk, max_bytes))
@@ -416,6 +425,19 @@ def _load_in_workers(
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        for reader in readers:
+            reader.join()
+
+
+def _read_answers(fd: int, inbox: SimpleQueue[tuple[int, Any]]) -> None:
+    """A reader thread: a worker's answers into `inbox`, in order, then the exception that ended them
+    (EOFError once the worker has exited)."""
+    while True:
+        try:
+            inbox.put((fd, _receive(fd)))
+        except Exception as exc:  # noqa: BLE001 - handed to the scheduler, which retires the worker
+            inbox.put((fd, exc))
+            return
 
 
 class _Flight:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
-from ccweb_index.indexer import store
+from ccweb_index.indexer import db, store
 from ccweb_index.indexer.db import get_meta, set_meta, write_transaction
+from ccweb_index.indexer.errors import IndexFailure
 from ccweb_index.indexer.faultlog import FaultLog
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES, Signature, lstat_session, sweep_sessions
 from ccweb_index.indexer.handle import IndexHandle
@@ -222,11 +224,40 @@ class Indexer:
             with self.handle.connection() as conn:
                 checkpoints = store.stored_checkpoints(conn, [session_id for session_id, _ in wanted])
         plan = [Wanted(i, size, checkpoints.get(i), i not in current) for i, size in wanted]
+        sizes = dict(wanted)
+        progress.start(len(sizes), sum(sizes.values()))
+        with self._large_pass(len(plan) > _BATCH_FILES or sum(sizes.values()) > _BATCH_BYTES):
+            return self._load_and_write_plan(plan, checkpoints, gone, stored, stats, progress)
+
+    @contextlib.contextmanager
+    def _large_pass(self, large: bool) -> Iterator[None]:
+        """`db.checkpoint_less_often` for a large pass, set and restored under the lock, which is
+        not held in between (calls go on meanwhile)."""
+        if not large:
+            yield
+            return
+        with self.handle.connection() as conn:
+            restore = db.checkpoint_less_often(conn)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(IndexFailure), self.handle.connection() as now:
+                if now is conn:  # the index was not replaced meanwhile (a new one has the default)
+                    db.checkpoint_every(now, restore)
+
+    def _load_and_write_plan(
+        self,
+        plan: list[Wanted],
+        checkpoints: dict[str, Checkpoint],
+        gone: list[str],
+        stored: dict[str, store.Stored],
+        stats: RefreshStats,
+        progress: Progress,
+    ) -> list[str]:
         again: list[str] = []
         pending: list[Loaded] = []
         pending_bytes = 0
-        sizes = dict(wanted)
-        progress.start(len(sizes), sum(sizes.values()))
+        sizes = {w.session_id: w.size for w in plan}
         loads = load_many(self.sessions_dir, plan, self.max_session_bytes, self.parse_bytes_in_flight)
         torn = TornWrites(self.sessions_dir, self.max_session_bytes)
         for session_id, loaded in loads:
@@ -270,7 +301,9 @@ class Indexer:
             # A resumed read adds to the version its checkpoint describes: it must still be the one here.
             resumed = [item.session_id for item in loaded if item.base is not None]
             held = store.stored_checkpoints(conn, resumed) if resumed else {}
-            stale = {item.session_id for item in loaded if item.base is not None and held.get(item.session_id) != item.base}
+            stale = {
+                item.session_id for item in loaded if item.base is not None and held.get(item.session_id) != item.base
+            }
             loaded = [item for item in loaded if item.session_id not in stale]
             gone = [i for i in gone if i in now and i in stored and now[i].sig == stored[i].sig]
             store.record_loaded(conn, loaded)
@@ -278,7 +311,9 @@ class Indexer:
         self._count(loaded, gone, stored, stats)
         return sorted(stale)
 
-    def _count(self, loaded: list[Loaded], gone: list[str], stored: dict[str, store.Stored], stats: RefreshStats) -> None:
+    def _count(
+        self, loaded: list[Loaded], gone: list[str], stored: dict[str, store.Stored], stats: RefreshStats
+    ) -> None:
         for item in loaded:
             stats.read += 1
             stats.changed.add(item.session_id)

@@ -130,7 +130,21 @@ class _Document(msgspec.Struct):
     messages: msgspec.Raw = msgspec.Raw(b"null")
 
 
+class _WholeDocument(msgspec.Struct):
+    """_Document with its messages decoded in the same pass: a file that needs no checkpoint (and
+    whose messages are all objects) is walked once instead of twice."""
+
+    title: Any = None
+    agent: Any = None
+    status: Any = None
+    createdAt: Any = None
+    updatedAt: Any = None
+    createdFrom: Any = None
+    messages: list[_Message] | None = None
+
+
 _document = msgspec.json.Decoder(_Document)
+_whole_document = msgspec.json.Decoder(_WholeDocument)
 _messages = msgspec.json.Decoder(list[_Message])
 _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
 _message = msgspec.json.Decoder(_Message)
@@ -146,14 +160,29 @@ def parse_session(data: bytes, *, checkpoint_from: int | None = None) -> ParsedS
     version can be resumed (`resume_session`) if it only grew. None: never.
     """
     _check_text(data)
+    wants_checkpoint = checkpoint_from is not None and len(data) >= checkpoint_from
     try:
+        whole = None if wants_checkpoint else _decode_whole(data)
+        if whole is not None:
+            parsed, _ = _from_document(whole, whole.messages or [], _Walk.fresh(whole))
+            return parsed
         doc = _decode_document(data)
+        parsed, walk = _from_document(doc, _decode_messages(doc.messages), _Walk.fresh(doc))
     except RecursionError:
         raise Unreadable("invalid JSON: nested too deeply") from None
-    parsed, walk = _from_document(doc, _Walk.fresh(doc))
-    if checkpoint_from is not None and len(data) >= checkpoint_from and walk is not None:
+    if wants_checkpoint and walk is not None:
         parsed.checkpoint = _checkpoint(data, doc.messages, walk)
     return parsed
+
+
+def _decode_whole(data: bytes) -> _WholeDocument | None:
+    """The document in one pass, or None when anything about it is unusual (not JSON, a message
+    that is not an object, a number out of range...): then the two-pass decode below decides, with
+    its reasons, so that both give the same result for every file."""
+    try:
+        return _whole_document.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
 
 
 def resume_session(data: bytes, checkpoint: Checkpoint) -> ParsedSession | None:
@@ -194,7 +223,7 @@ def resume_parts(head: bytes, checked: bytes, rest: bytes, checkpoint: Checkpoin
         walk = _Walk.resumed(doc, checkpoint)
         if walk is None:
             return None
-        parsed, last = _from_document(doc, walk)
+        parsed, last = _from_document(doc, _decode_messages(doc.messages), walk)
     except (Unreadable, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
     if last is None or walk.messages == checkpoint.messages:
@@ -290,7 +319,7 @@ class _Walk:
     newest_time: int | None = None
 
     @classmethod
-    def fresh(cls, doc: _Document) -> _Walk:
+    def fresh(cls, doc: _Document | _WholeDocument) -> _Walk:
         # Message times matter for user inputs, and for the session's own times only as fallbacks:
         # most files carry both, so the other messages' times are left unparsed.
         return cls(parse_time(doc.createdAt) is None, parse_time(doc.updatedAt) is None)
@@ -310,8 +339,11 @@ class _Walk:
         return _Walk(self.need_first, self.need_newest, self.messages, self.inputs, self.first_time, self.newest_time)
 
 
-def _from_document(doc: _Document, walk: _Walk) -> tuple[ParsedSession, _Walk | None]:
-    """The session, and the walk as it stood before the last message (None when there are none)."""
+def _from_document(
+    doc: _Document | _WholeDocument, messages: list[_Message] | list[_Message | None], walk: _Walk
+) -> tuple[ParsedSession, _Walk | None]:
+    """The session from its header fields and its `messages` (`_decode_messages`), and the walk as it
+    stood before the last message (None when there are none)."""
     parsed = ParsedSession()
     parsed.title = doc.title if isinstance(doc.title, str) else None
     parsed.agent = doc.agent if isinstance(doc.agent, str) else None
@@ -322,7 +354,6 @@ def _from_document(doc: _Document, walk: _Walk) -> tuple[ParsedSession, _Walk | 
         parsed.created_from_kind = kind if isinstance(kind, str) else None
         parsed.created_from_source = source if isinstance(source, str) else None
 
-    messages = _decode_messages(doc.messages)
     before_last: _Walk | None = None
     for index, message in enumerate(messages):
         if index == len(messages) - 1:

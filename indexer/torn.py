@@ -63,7 +63,12 @@ class TornWrites:
             self._deadline = self._clock() + TORN_WRITE_RETRY_SECONDS
         again = Wanted(loaded.session_id, max(loaded.size, loaded.sig.size), resume_from)
         current: Loaded | None = loaded
-        while current is not None and current.error is not None and not current.transient and self._clock() < self._deadline:
+        while (
+            current is not None
+            and current.error is not None
+            and not current.transient
+            and self._clock() < self._deadline
+        ):
             self._sleep(min(TORN_WRITE_PAUSE_SECONDS, max(self._deadline - self._clock(), 0.0)))
             [(_, current)] = load_many(self.sessions_dir, [again], self.max_bytes)
         return current
