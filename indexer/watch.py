@@ -9,7 +9,9 @@ Two watchers share one interface:
   event of every change that completed before the cookie was created ahead of the cookie, so once
   the cookie is seen, every such change has reached the dirty set. The cookie never touches the
   sessions directory. (watchdog's `Observer` hands each watch to its own emitter thread, which
-  reorders events across watches; that is why the raw stream is used here.)
+  reorders events across watches; that is why the raw stream is used here.) When the reader thread
+  is parked with the kernel queue empty, nothing can be pending and no cookie is sent
+  (indexer.inotify_reader; docs/design.md, "When no cookie is needed").
 - `PollingWatcher` uses watchdog's `PollingObserver` for filesystems without inotify (`--poll`).
   Polling cannot prove it has seen everything up to now, so its `sync()` always answers False and
   the caller falls back to checking the files itself.
