@@ -121,7 +121,10 @@ def profile_stdio(sessions_dir: str, db: str, case_name: str, calls: int, out: P
     from bench.run import Scale, tool_cases
 
     summary = json.loads(Path(f"{os.path.normpath(sessions_dir)}.summary.json").read_text())
-    scale = Scale("main", summary["sessions"], summary["scale_bytes"], Path(sessions_dir), summary, Path(db))
+    scale = Scale(
+        "main", summary["sessions"], summary["scale_bytes"], summary.get("profile", "short"), Path(sessions_dir), summary,
+        Path(db),
+    )  # fmt: skip
     case = next(c for c in tool_cases(scale) if c["name"] == case_name)
     anyio.run(_stdio_calls, sessions_dir, db, case, calls, out, rate)
     print(render(str(out / "stdio-server.raw"), 30))

@@ -51,10 +51,11 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
-def product_server(sessions_dir: str, db: str, source: str | None) -> StdioServerParameters:
+def product_server(sessions_dir: str, db: str, source: str | None, command: str | None = None) -> StdioServerParameters:
+    """`command`: another `ccweb-index` (e.g. an older checkout's, for a before/after side by side)."""
     env = clean_env(**({"CCWEB_SOURCE_SESSION_ID": source} if source else {}))
     return StdioServerParameters(
-        command=ccweb_index_command(), args=["serve", "--sessions-dir", sessions_dir, "--db", db], env=env
+        command=command or ccweb_index_command(), args=["serve", "--sessions-dir", sessions_dir, "--db", db], env=env
     )
 
 
@@ -89,18 +90,27 @@ async def measure(
     errlog: IO[str],
     work: Path,
     canned: bool = True,
+    baseline: str | None = None,
 ) -> dict[str, Any]:
     """p50/p99 of every case and of the floor, plus the servers' memory after the calls.
 
     With `canned`, each case is also timed against `bench.empty_server --canned`, which answers that
     case's own (prebuilt) result with no product code: what the SDK costs for an answer that size.
+    With `baseline` (another `ccweb-index` command), each case is also timed against it, as
+    `before:<case>`, interleaved with the rest: a before/after measured side by side.
     """
     floor_case = {"name": FLOOR, "tool": NOOP, "args": {}, "server": FLOOR}
     sources = sorted({case.get("source") or "" for case in cases})
     servers: dict[str, StdioServerParameters] = {FLOOR: floor_server()}
     for source in sources:
         servers[f"source:{source}"] = product_server(sessions_dir, db, source or None)
+        if baseline:
+            servers[f"before:{source}"] = product_server(sessions_dir, db, source or None, baseline)
     all_cases = [floor_case] + [{**case, "server": f"source:{case.get('source') or ''}"} for case in cases]
+    if baseline:
+        all_cases += [
+            {**case, "name": f"before:{case['name']}", "server": f"before:{case.get('source') or ''}"} for case in cases
+        ]
 
     async with AsyncExitStack() as stack:
         sessions: dict[str, ClientSession] = {}
@@ -128,6 +138,10 @@ async def measure(
                 "returnedCount": payload.get("returnedCount"),
                 "ids": [row["conversationId"] for row in payload.get("conversations", [])] or None,
             }
+
+        for case in cases:
+            if f"before:{case['name']}" in answers and answers[f"before:{case['name']}"] != answers[case["name"]]:
+                raise RuntimeError(f"{case['name']}: the baseline's answer differs from this checkout's")
 
         if canned:
             product = next(iter(k for k in sessions if k != FLOOR))
@@ -209,14 +223,85 @@ async def measure(
         r = results[case["name"]]
         r["p50_over_floor"] = r["p50_ms"] / floor["p50_ms"]
         r["p99_over_floor"] = r["p99_ms"] / floor["p99_ms"]
+        before = results.get(f"before:{case['name']}")
+        if before is not None:
+            r["before"] = {k: v for k, v in before.items() if k not in ("ids",)}
         same = results.get(f"canned:{case['name']}")
         if same is not None:
             r["canned"] = {k: v for k, v in same.items() if k not in ("is_error", "ids", "returnedCount")}
             r["canned"]["p50_over_floor"] = same["p50_ms"] / floor["p50_ms"]
             r["canned"]["p99_over_floor"] = same["p99_ms"] / floor["p99_ms"]
             r["p50_over_canned"] = r["p50_ms"] / same["p50_ms"]
+            r["p99_over_canned"] = r["p99_ms"] / same["p99_ms"]
+            if before is not None:
+                r["before"]["p50_over_canned"] = before["p50_ms"] / same["p50_ms"]
+                r["before"]["p99_over_canned"] = before["p99_ms"] / same["p99_ms"]
     return {
         "servers": {key: {"start_s": start_s[key], **memory.get(key, {})} for key in servers},
         "floor": floor,
         "cases": {case["name"]: results[case["name"]] for case in cases},
     }
+
+
+TARGET_CASES = ("children_hot", "all_20", "inputs_largest")  # issue 12, item 5
+
+
+def _table(result: dict[str, Any]) -> str:
+    head = "| case | p50 ms | p99 ms | canned p50 | canned p99 | p50 / canned | p99 / canned | server CPU ms (this / canned) |"
+    lines = [head, "|" + " --- |" * 8]
+    for name, r in result["cases"].items():
+        rows = [(name, r)] + ([(f"{name} (before)", r["before"])] if "before" in r else [])
+        for label, x in rows:
+            c = r["canned"]
+            lines.append(
+                f"| `{label}` | {x['p50_ms']:.3f} | {x['p99_ms']:.3f} | {c['p50_ms']:.3f} | {c['p99_ms']:.3f} | "
+                f"{x['p50_over_canned']:.2f}× | {x['p99_over_canned']:.2f}× | "
+                f"{x.get('server_cpu_ms_per_call', 0):.3f} / {c.get('server_cpu_ms_per_call', 0):.3f} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.stdio_calls CORPUS --db INDEX [--baseline OTHER_CCWEB_INDEX]`: the stdio step of
+    bench.run alone, on an existing index, for the cases of issue 12 item 5 (or `--cases`)."""
+    import argparse
+    import tempfile
+
+    import anyio
+
+    from bench.run import Scale, tool_cases
+
+    ap = argparse.ArgumentParser(prog="python -m bench.stdio_calls", description=main.__doc__)
+    ap.add_argument("corpus")
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--cases", default=",".join(TARGET_CASES))
+    ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--round", type=int, default=50)
+    ap.add_argument("--baseline", help="another ccweb-index command, measured side by side as `before`")
+    ap.add_argument("--json", help="also write the whole result here")
+    args = ap.parse_args(argv)
+    summary = json.loads(Path(f"{os.path.normpath(args.corpus)}.summary.json").read_text())
+    scale = Scale("main", summary["sessions"], summary["scale_bytes"], summary.get("profile", "short"),
+                  Path(args.corpus), summary, Path(args.db))  # fmt: skip
+    wanted = args.cases.split(",")
+    cases = [case for case in tool_cases(scale) if case["name"] in wanted]
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory() as work, open(Path(work) / "servers.log", "w") as errlog:
+        result = anyio.run(
+            lambda: measure(
+                args.corpus, args.db, cases, calls=args.calls, per_round=args.round, warmup=20, errlog=errlog,
+                work=Path(work), baseline=args.baseline,
+            )
+        )  # fmt: skip
+    result["load_avg"] = {"start": load, "end": os.getloadavg()}
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2, ensure_ascii=False))
+    print(_table(result))
+    print(
+        f"floor (empty tool) p50 {result['floor']['p50_ms']:.3f} ms; load average {load[0]:.2f} -> {os.getloadavg()[0]:.2f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

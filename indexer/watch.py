@@ -9,7 +9,9 @@ Two watchers share one interface:
   event of every change that completed before the cookie was created ahead of the cookie, so once
   the cookie is seen, every such change has reached the dirty set. The cookie never touches the
   sessions directory. (watchdog's `Observer` hands each watch to its own emitter thread, which
-  reorders events across watches; that is why the raw stream is used here.)
+  reorders events across watches; that is why the raw stream is used here.) When the reader thread
+  is parked with the kernel queue empty, nothing can be pending and no cookie is sent
+  (indexer.inotify_reader; docs/design.md, "When no cookie is needed").
 - `PollingWatcher` uses watchdog's `PollingObserver` for filesystems without inotify (`--poll`).
   Polling cannot prove it has seen everything up to now, so its `sync()` always answers False and
   the caller falls back to checking the files itself.
@@ -282,13 +284,15 @@ def _initial_reconcile(indexer: Indexer, dirty: _DirtySet, on_error: ErrorHandle
 class InotifyWatcher:
     def __init__(self, indexer: Indexer, on_error: ErrorHandler | None = None) -> None:
         from watchdog.observers.inotify_c import InotifyConstants as C
-        from watchdog.observers.inotify_c import InotifyFD, Mask
+        from watchdog.observers.inotify_c import Mask
+
+        from ccweb_index.indexer.inotify_reader import InotifyReader
 
         self.indexer = indexer
         self.dirty = _DirtySet()
         self.watched: tuple[int, int] | None = None
         self._on_error = on_error
-        self._inotify = InotifyFD()
+        self._inotify = InotifyReader()
         # No IN_DONT_FOLLOW: the sessions path itself may be a symlink to the directory (as it may
         # for every other use of the path); entries in it are never followed.
         self._session_mask = Mask(
@@ -343,6 +347,27 @@ class InotifyWatcher:
         """Make the index reflect every change that completed before this call; False if it cannot."""
         if not self._healthy:
             return False
+        # Nothing queued and nothing being handled: every such change is in the dirty set already
+        # (docs/design.md, "When no cookie is needed"). Else the cookie's round trip proves it.
+        if not self.drained() and not self._cookie_round_trip():
+            return False
+        if not self._healthy:  # stopped meanwhile: what the reader said may be about a closed queue
+            return False
+        apply_dirty(self.indexer, self.dirty)
+        return True
+
+    def drained(self) -> bool:
+        """Whether nothing can be pending now: no event queued, none being handled (`sync` then
+        needs no cookie)."""
+        return self._inotify.drained()
+
+    @property
+    def cookies_sent(self) -> int:
+        with self._cookie_cond:
+            return self._cookie_issued
+
+    def _cookie_round_trip(self) -> bool:
+        """Create a cookie and wait for its event: then every event queued before it has been handled."""
         with self._cookie_cond:
             serial = next(self._cookie_serial)
             self._cookie_issued = max(self._cookie_issued, serial)
@@ -357,9 +382,6 @@ class InotifyWatcher:
             if not self._cookie_cond.wait_for(lambda: self._cookie_seen >= serial, SYNC_TIMEOUT_SECONDS):
                 log.warning("the watcher did not see its cookie within %.1f s", SYNC_TIMEOUT_SECONDS)
                 return False
-        if not self._healthy:
-            return False
-        apply_dirty(self.indexer, self.dirty)
         return True
 
     def _release_cookies(self) -> None:

@@ -10,7 +10,6 @@ supervisor (server.supervisor) keeps it on the right directory and re-opens a lo
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import threading
@@ -18,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+import msgspec
 
 from ccweb_index.indexer.db import get_meta, resolve_db_path, settle_wal
 from ccweb_index.indexer.errors import IndexBroken, IndexFailure, IndexMoved
@@ -48,6 +49,11 @@ log = logging.getLogger("ccweb_index")
 
 R = TypeVar("R")
 
+# An answer's JSON text: the bytes of `json.dumps(payload, ensure_ascii=False, separators=(",", ":"))`
+# (tests/test_answer_text.py), about ten times faster. An answer holds no lone surrogate (msgspec
+# refuses one; so do the session-file decoder, the SDK's request parser and its writer).
+_TEXT = msgspec.json.Encoder()
+
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
@@ -55,7 +61,7 @@ class ToolResult:
     is_error: bool
 
     def text(self) -> str:
-        return json.dumps(self.payload, ensure_ascii=False, separators=(",", ":"))
+        return _TEXT.encode(self.payload).decode()
 
 
 class Service:

@@ -9,6 +9,7 @@ real stdio server.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 
 from ccweb_index.server.service import Service
 
-from conftest import Corpus, session, snapshot, stdio_client_for
+from conftest import Corpus, session, snapshot, stdio_client_for, wait_until
 
 SOURCE = "orch"
 
@@ -173,6 +174,60 @@ def test_a_freshly_written_file_is_recorded_racy(corpus: Corpus, db_path: Path) 
     svc.close()
     conn = sqlite3.connect(db_path)
     assert conn.execute("SELECT racy > 0 FROM sessions WHERE id = 'w1'").fetchone() == (1,)  # racy: when it was read
+
+
+def test_a_change_the_reader_is_still_handling_is_waited_for(corpus: Corpus, db_path: Path) -> None:
+    """A call skips the watcher's cookie only when nothing can be pending (docs/design.md, "When no
+    cookie is needed"). Here the reader thread has read a change's events and is stuck handling
+    them: the kernel queue is empty, and the call must still wait for the change."""
+    from ccweb_index.indexer.watch import InotifyWatcher
+
+    corpus.write("seed", session("hello", updated="2026-11-01T00:00:00Z"))
+    svc = Service(corpus.path, db_path, watch=True)
+    svc.start()
+    try:
+        watcher = svc.watcher
+        assert isinstance(watcher, InotifyWatcher)
+        handling, release = threading.Event(), threading.Event()
+        add = watcher.dirty.add
+
+        def slow_add(session_id: str) -> None:
+            if session_id == "w1" and not release.is_set():
+                handling.set()
+                release.wait(10)
+            add(session_id)
+
+        watcher.dirty.add = slow_add  # type: ignore[method-assign]
+        assert ids(svc, scope="children") == []
+        corpus.write("w1", child("one", updated="2026-11-29T08:00:00Z"))
+        assert handling.wait(5), "the reader never handled the write"
+        threading.Timer(0.3, release.set).start()  # the call must not answer before this
+        assert ids(svc, scope="children") == ["w1"]
+    finally:
+        release.set()
+        svc.close()
+
+
+def test_a_quiet_watcher_needs_no_cookie(corpus: Corpus, db_path: Path) -> None:
+    """With nothing queued and nothing being handled, a call proves freshness without a cookie; a
+    change makes the next call's proof the cookie's again (or the reader's, once it has handled it)."""
+    from ccweb_index.indexer.watch import InotifyWatcher
+
+    corpus.write("seed", session("hello", updated="2026-11-01T00:00:00Z"))
+    svc = Service(corpus.path, db_path, watch=True)
+    svc.start()
+    try:
+        watcher = svc.watcher
+        assert isinstance(watcher, InotifyWatcher)
+        assert wait_until(watcher.drained)
+        cookies = watcher.cookies_sent
+        for _ in range(3):
+            assert ids(svc) == ["seed"]
+        assert watcher.cookies_sent == cookies
+        corpus.write("w1", child("one", updated="2026-11-29T08:00:00Z"))
+        assert ids(svc, scope="children") == ["w1"]
+    finally:
+        svc.close()
 
 
 @pytest.mark.parametrize("watch", [True, False], ids=["watcher", "no-watcher"])

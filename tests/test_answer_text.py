@@ -1,0 +1,36 @@
+"""An answer's text content is the compact JSON of its payload, byte for byte what
+`json.dumps(payload, ensure_ascii=False, separators=(",", ":"))` writes (the service makes it
+with msgspec, which is faster): non-ASCII as itself, control characters escaped as the standard
+library escapes them, keys in the payload's order."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ccweb_index.server.service import ToolResult
+
+# Any text an answer can hold: every code point but the lone surrogates (no answer holds one:
+# the session-file decoder and the SDK's request parser refuse them).
+_TEXT = st.text(st.characters(exclude_categories=("Cs",)))
+_SCALARS = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | _TEXT
+_JSON = st.recursive(
+    _SCALARS, lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_TEXT, inner, max_size=5), max_leaves=30
+)
+
+
+def reference_text(payload: Any) -> str:
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+
+
+@given(st.dictionaries(_TEXT, _JSON, max_size=8))
+def test_text_is_the_standard_librarys_compact_json(payload: dict[str, Any]) -> None:
+    assert ToolResult(payload, False).text() == reference_text(payload)
+
+
+def test_text_of_characters_json_escapes() -> None:
+    payload = {"content": "".join(map(chr, range(0x80))) + "\u2028\u2029\x85 é 漢 😀", "n": None, "t": True}
+    assert ToolResult(payload, False).text() == reference_text(payload)
