@@ -123,9 +123,11 @@ def test_a_wait_is_woken_by_each_kind_of_change(corpus: Corpus, db_path: Path, t
     daemon = None
     if indexer != "own watcher":
         daemon = subprocess.Popen(
-            [CCWEB_INDEX, "watch", "--sessions-dir", str(corpus.path), "--db", str(db_path)],
+            [CCWEB_INDEX, "watch", "-v", "--sessions-dir", str(corpus.path), "--db", str(db_path)],
             env=_clean_env(), stderr=open(tmp_path / "daemon.log", "wb"),
         )  # fmt: skip
+        # Indexing and watching (and its SIGTERM handler set) before the server opens the index.
+        assert wait_until(lambda: "watching" in (tmp_path / "daemon.log").read_text(), timeout=60), "the daemon did not start"
     try:
         with served(corpus, db_path, watch=daemon is None) as client:
             token = token_of(client)
