@@ -414,6 +414,9 @@ def test_kill_9_of_a_watcher_under_writes(tmp_path: Path) -> None:
     for _ in range(3):
         watch = subprocess.Popen([CCWEB_INDEX, "watch", "--sessions-dir", str(corpus.path), "--db", str(db)],
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=clean_env())  # fmt: skip
+        # Killed once it has an index to leave behind (a busy machine can take longer than the sleep
+        # below to start it; a kill before the file exists would test nothing).
+        assert wait_until(db.exists, timeout=60), "the watcher made no index"
         time.sleep(rng.uniform(0.2, 1.0))
         deadline = time.monotonic() + rng.uniform(0.2, 1.5)
         while time.monotonic() < deadline:  # writes while it watches; killed in the middle of them
