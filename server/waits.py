@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ccweb_index.indexer.tuning import WAIT_POLL_ENV, WAIT_PROGRESS_ENV, milliseconds_from_env
 from ccweb_index.server.changes import Waiter
 from ccweb_index.server.from_index import WaitCheck, WaitState
 from ccweb_index.server.tools import UNKNOWN_POSITION, ToolError, WaitRequest, too_many_waits, wait_request
@@ -33,10 +34,11 @@ from ccweb_index.server.tools import UNKNOWN_POSITION, ToolError, WaitRequest, t
 if TYPE_CHECKING:
     from ccweb_index.server.service import Service
 
-# Without a watcher that proves the index current, a wait looks at the files this often.
-POLL_SECONDS = 1.0
+# Without a watcher that proves the index current, a wait looks at the files this often. Both
+# intervals can be shortened through the environment (indexer.tuning), so that tests wait less.
+POLL_SECONDS = milliseconds_from_env(WAIT_POLL_ENV, 1_000, minimum=1) / 1000
 # A progress notification this often, for a request that carries a progress token.
-PROGRESS_SECONDS = 10.0
+PROGRESS_SECONDS = milliseconds_from_env(WAIT_PROGRESS_ENV, 10_000, minimum=1) / 1000
 
 # (seconds waited, seconds it may wait at most): sends a progress notification, or does nothing.
 Report = Callable[[float, float], Awaitable[None]]

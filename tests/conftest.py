@@ -42,6 +42,13 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject): two workers per core. Most tests wait on the processes they start or on
+    the clock more than they compute; with one worker per core the cores sat idle a fifth of the run
+    (docs/decisions.md, "A fast suite")."""
+    return 2 * len(os.sched_getaffinity(0))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if CCWEB_INDEX is None:
         raise pytest.UsageError("the ccweb-index command is not installed: run `pip install -e '.[test]'` first")
@@ -188,7 +195,8 @@ def answer_of(result: Any) -> tuple[str | None, Any]:
 
 
 class StdioClient:
-    """`ccweb-index serve` started as a subprocess, driven by the SDK's ClientSession."""
+    """A server driven by the SDK's ClientSession: `ccweb-index serve` over stdio (`stdio_client_for`),
+    or the same server in this process (`memory_client_for`)."""
 
     def __init__(self, portal: BlockingPortal, session: ClientSession) -> None:
         self._portal = portal
@@ -234,6 +242,44 @@ async def _connected(params: StdioServerParameters, errlog: Any = None) -> Async
     async with stdio_client(params, errlog=errlog or sys.stderr) as (read, write), ClientSession(read, write) as client:
         await client.initialize()
         yield client
+
+
+@contextmanager
+def memory_client_for(
+    sessions_dir: Path, db: Path, *, source: str | None = None, watch: bool = True, max_waits: int | None = None
+) -> Iterator[StdioClient]:
+    """The server `serve` runs (server.app.build_server over a LazyService, as on stdio), in this
+    process, reached by the SDK's ClientSession through the SDK's in-memory transport. For tests whose
+    subject is the answers, not the transport or the process: no interpreter start-up (about a second
+    of CPU for the SDK's imports) per test. The stdio and HTTP servers themselves are tested as
+    processes, and tests/interop drives them with other clients, for every tool case."""
+    from mcp.client._memory import InMemoryTransport
+
+    from ccweb_index.server.app import LazyService, build_server
+    from ccweb_index.server.service import Service
+    from ccweb_index.server.tools import DEFAULT_MAX_WAITS
+    from ccweb_index.server.waits import WaitRoom
+
+    def open_service() -> Service:
+        service = Service(sessions_dir, db, watch=watch)
+        service.start_in_background()
+        return service
+
+    service = LazyService(open_service)
+    waits = WaitRoom(DEFAULT_MAX_WAITS if max_waits is None else max_waits)
+    server = build_server(service, lambda ctx: source, waits, in_thread=False)
+
+    @asynccontextmanager
+    async def connected() -> AsyncIterator[ClientSession]:
+        async with InMemoryTransport(server) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            yield client
+
+    try:
+        with start_blocking_portal() as portal, portal.wrap_async_context_manager(connected()) as client:
+            yield StdioClient(portal, client)
+    finally:
+        service.close()
 
 
 def wait_until(predicate: Any, timeout: float = 5.0) -> bool:

@@ -21,7 +21,10 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # bench/ is not an installed package; it runs from the repository root
     sys.path.insert(0, str(REPO))
 
-CALLS, LAG_WRITES = 10, 5
+# The smallest run that still has every figure: a few sessions and calls, two of each sample (a
+# median and an order between min, p50 and max). Both scales and both profiles, as the default runs.
+CALLS, LAG_WRITES = 4, 2
+MAIN_SESSIONS, SMALL_SESSIONS = 30, 40
 
 
 def latencies_in_order(case: dict[str, Any]) -> None:
@@ -33,8 +36,8 @@ def latencies_in_order(case: dict[str, Any]) -> None:
 def test_bench_run_quick_reports_every_figure(tmp_path: Path) -> None:
     out_dir = tmp_path / "out"
     command = [
-        sys.executable, "-m", "bench.run", "--quick", "--sessions", "60", "--small-sessions", "120",
-        "--calls", str(CALLS), "--round", "5", "--rescan-calls", "3", "--lag-writes", str(LAG_WRITES),
+        sys.executable, "-m", "bench.run", "--quick", "--sessions", str(MAIN_SESSIONS), "--small-sessions", str(SMALL_SESSIONS),
+        "--calls", str(CALLS), "--round", "2", "--rescan-calls", "2", "--lag-writes", str(LAG_WRITES),
         "--corpus-dir", str(tmp_path / "corpora"), "--out-dir", str(out_dir),
     ]  # fmt: skip
     # A short racy window: the benchmark waits it out before it builds (see bench/run.py RACY_WAIT_S).
@@ -55,7 +58,7 @@ def test_bench_run_quick_reports_every_figure(tmp_path: Path) -> None:
         steps = measured["steps"]
         assert steps["corpus_main"]["profile"] == profile
         assert steps["corpus_main"]["inputs"]["count"] > 0
-        for scale, sessions in (("main", 60), ("small", 120)):
+        for scale, sessions in (("main", MAIN_SESSIONS), ("small", SMALL_SESSIONS)):
             corpus, build = steps[f"corpus_{scale}"], steps[f"build_{scale}"]
             assert corpus["sessions"] == sessions == build["files_read"] == build["sessions"] + build["unreadable"]
             assert build["inputs"] > 0 and build["seconds"] > 0 and build["peak_rss_mb"] > 0
@@ -101,7 +104,7 @@ def test_bench_run_quick_reports_every_figure(tmp_path: Path) -> None:
     assert "not measured" not in markdown
     # Corpora and the work directory: the corpora are kept for reuse, the indexes are not.
     corpora = sorted(p.name for p in (tmp_path / "corpora").iterdir())
-    names = ["s60-seed42-x0.05", "s120-seed42-x0.01"]
+    names = [f"s{MAIN_SESSIONS}-seed42-x0.05", f"s{SMALL_SESSIONS}-seed42-x0.01"]
     assert corpora == sorted(f"{prefix}{name}{suffix}" for prefix in ("", "long-") for name in names
                              for suffix in ("", ".summary.json"))  # fmt: skip
 
@@ -125,12 +128,13 @@ def test_bench_initialize_reports_every_figure(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "bench.gen_corpus", "--sessions", "50", "--seed", "1", "--out", str(corpus),
                     "--scale-bytes", "0.01"], cwd=REPO, check=True, capture_output=True, timeout=60)  # fmt: skip
     out = tmp_path / "init.json"
-    command = [sys.executable, "-m", "bench.initialize", "--sessions-dir", str(corpus), "--rounds", "2",
+    # One round of each: every server start costs a second of CPU, and one round has every figure.
+    command = [sys.executable, "-m", "bench.initialize", "--sessions-dir", str(corpus), "--rounds", "1",
                "--cold-rounds", "1", "--json", str(out)]  # fmt: skip
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=110)
     assert done.returncode == 0, done.stderr[-6000:]
     results = json.loads(out.read_text())
-    for server, rounds in (("floor", 2), ("warm", 2), ("cold", 1)):
+    for server, rounds in (("floor", 1), ("warm", 1), ("cold", 1)):
         for answer in ("initialize", "tools_list"):
             figures = results[server][answer]
             assert figures["rounds"] == rounds and 0 < figures["min_s"] <= figures["p50_s"] <= figures["max_s"]

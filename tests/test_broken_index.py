@@ -414,6 +414,9 @@ def test_kill_9_of_a_watcher_under_writes(tmp_path: Path) -> None:
     for _ in range(3):
         watch = subprocess.Popen([CCWEB_INDEX, "watch", "--sessions-dir", str(corpus.path), "--db", str(db)],
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=clean_env())  # fmt: skip
+        # Killed once it has an index to leave behind (a busy machine can take longer than the sleep
+        # below to start it; a kill before the file exists would test nothing).
+        assert wait_until(db.exists, timeout=60), "the watcher made no index"
         time.sleep(rng.uniform(0.2, 1.0))
         deadline = time.monotonic() + rng.uniform(0.2, 1.5)
         while time.monotonic() < deadline:  # writes while it watches; killed in the middle of them
@@ -423,15 +426,18 @@ def test_kill_9_of_a_watcher_under_writes(tmp_path: Path) -> None:
         killed.append(watch.pid)
         assert_consistent(db)
         stir(corpus, rng, 300)  # and more while nothing watches
-    # A normal start: watch, then stop it cleanly.
-    watch = subprocess.Popen([CCWEB_INDEX, "watch", "--sessions-dir", str(corpus.path), "--db", str(db)],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=clean_env(), text=True)  # fmt: skip
+    # A normal start: watch (its first pass done and its SIGTERM handler set), then stop it cleanly.
+    log = tmp_path / "watch.log"
+    with open(log, "wb") as err:
+        watch = subprocess.Popen([CCWEB_INDEX, "watch", "-v", "--sessions-dir", str(corpus.path), "--db", str(db)],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=clean_env())  # fmt: skip
     try:
+        assert wait_until(lambda: "watching" in log.read_text(errors="replace"), timeout=60), "the watcher did not start"
         assert wait_until(lambda: all(not _cookie_dirs(pid) for pid in killed), timeout=30), "cookie dirs of killed watchers left"
-        time.sleep(1.0)
     finally:
         watch.send_signal(signal.SIGTERM)
-        _, stderr = watch.communicate(timeout=60)
+        watch.wait(timeout=60)
+    stderr = log.read_text(errors="replace")
     assert watch.returncode == 0 and "Traceback" not in stderr, stderr
     assert_consistent(db)
     assert index_content(db) == fresh_build_content(corpus, tmp_path / "fresh.sqlite")

@@ -20,7 +20,7 @@ from ccweb_index.server.tools import InputsRequest, StoredInput, user_inputs_ans
 
 import reference
 import strategies as gen
-from conftest import stdio_client_for
+from conftest import THOROUGH, stdio_client_for
 from test_contract import same_answer
 
 INPUTS, CONVERSATIONS = "ccweb_list_user_inputs", "ccweb_list_conversations"
@@ -63,8 +63,10 @@ def test_service_matches_reference(files: dict[str, bytes], source: str | None, 
             service.close()
 
 
+# Each example starts a server (about a second of CPU): a few by default, as the answers themselves are
+# fuzzed in process above; more in the thorough run.
 @pytest.mark.slow
-@settings(max_examples=8)
+@settings(max_examples=8 if THOROUGH else 4)
 @given(files=gen.corpora(), source=gen.sources(gen.ID_POOL), calls=calls)
 def test_stdio_server_matches_reference(files: dict[str, bytes], source: str | None, calls: list[Any]) -> None:
     with tempfile.TemporaryDirectory() as tmp:

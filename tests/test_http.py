@@ -563,9 +563,9 @@ def test_sigint_also_stops_cleanly(tmp_path: Path, corpus: Corpus, db_path: Path
 # --- many processes, one index ------------------------------------------------------------------------
 
 # Full size in the thorough run (conftest.THOROUGH); by default enough processes of each kind to share
-# the index under writes, for fewer calls.
-WORKERS = 8 if THOROUGH else 4
-CALLS = 300 if THOROUGH else 60
+# the index under writes (two stdio servers, the HTTP server and the daemon), for fewer calls.
+WORKERS = 8 if THOROUGH else 3
+CALLS = 300 if THOROUGH else 40
 STDIO_WORKERS = 5 if THOROUGH else 2
 SOURCES = [f"src{k}" for k in range(4)]
 

@@ -1,4 +1,6 @@
-"""Issue #13 items 1-3 through the SDK's client over stdio: pages, the tree, lookups by id.
+"""Issue #13 items 1-3 through the SDK's client: pages, the tree, lookups by id. Paging under writes
+and the read-only check run against `ccweb-index serve` over stdio; the rest is about answers and
+talks to the same server in memory (conftest.memory_client_for).
 
 - Paging to the end while another writer rewrites files: every conversation that did not change
   appears exactly once, and the pages stay in answer order.
@@ -23,7 +25,7 @@ from ccweb_index.server.service import Service
 from ccweb_index.server.tools import MAX_CONVERSATION_IDS
 
 import reference
-from conftest import Corpus, StdioClient, session, stdio_client_for
+from conftest import Corpus, StdioClient, memory_client_for, session, stdio_client_for
 from test_contract import same_answer
 
 INPUTS, CONVERSATIONS = "ccweb_list_user_inputs", "ccweb_list_conversations"
@@ -61,7 +63,7 @@ def rows_of(pages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def client(corpus: Corpus, tmp_path: Path) -> Iterator[StdioClient]:
-    with stdio_client_for(corpus.path, tmp_path / "index.sqlite", source=SOURCE) as connected:
+    with memory_client_for(corpus.path, tmp_path / "index.sqlite", source=SOURCE) as connected:
         yield connected
 
 
@@ -176,11 +178,11 @@ def test_a_cursor_survives_an_index_rebuild(small_tree: Corpus, tmp_path: Path) 
         (CONVERSATIONS, {"scope": "descendants", "limit": 5}),
         (INPUTS, {"limit": 3, "maxChars": 100}),
     ]
-    with stdio_client_for(small_tree.path, db, source=SOURCE) as client:
+    with memory_client_for(small_tree.path, db, source=SOURCE) as client:
         cursors = [first_cursor(client, tool, arguments) for tool, arguments in queries]
     for path in tmp_path.glob("index.sqlite*"):
         path.unlink()
-    with stdio_client_for(small_tree.path, db, source=SOURCE) as client:
+    with memory_client_for(small_tree.path, db, source=SOURCE) as client:
         for (tool, arguments), cursor in zip(queries, cursors):
             got = client.call(tool, {**arguments, "cursor": cursor})
             oracle = reference.list_user_inputs if tool == INPUTS else reference.list_conversations

@@ -1,4 +1,5 @@
-"""The timing settings read from the environment (CCWEB_INDEX_BUSY_TIMEOUT_MS, CCWEB_INDEX_RACY_WINDOW_MS)."""
+"""The timing settings read from the environment (CCWEB_INDEX_BUSY_TIMEOUT_MS, CCWEB_INDEX_RACY_WINDOW_MS,
+CCWEB_INDEX_WAIT_POLL_MS, CCWEB_INDEX_WAIT_PROGRESS_MS)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,23 @@ from pathlib import Path
 
 import pytest
 
-from ccweb_index.indexer.tuning import BUSY_TIMEOUT_ENV, RACY_WINDOW_ENV, milliseconds_from_env
+from ccweb_index.indexer.tuning import (
+    BUSY_TIMEOUT_ENV,
+    RACY_WINDOW_ENV,
+    WAIT_POLL_ENV,
+    WAIT_PROGRESS_ENV,
+    milliseconds_from_env,
+)
 
 # What a fresh process makes of the variables: the constants, and the busy timeout a connection gets.
 _PROBE = """
 import sys
 from pathlib import Path
 from ccweb_index.indexer import db, files
+from ccweb_index.server import waits
 conn = db.connect(Path(sys.argv[1]))
-print(db.BUSY_TIMEOUT_MS, conn.execute("PRAGMA busy_timeout").fetchone()[0], files.RACY_WINDOW_NS)
+print(db.BUSY_TIMEOUT_MS, conn.execute("PRAGMA busy_timeout").fetchone()[0], files.RACY_WINDOW_NS,
+      round(waits.POLL_SECONDS * 1000), round(waits.PROGRESS_SECONDS * 1000))
 """
 
 
@@ -31,8 +40,19 @@ def probe(tmp_path: Path, **env: str) -> tuple[list[int], str]:
 
 
 def test_a_process_takes_its_waits_from_the_environment(tmp_path: Path) -> None:
-    values, stderr = probe(tmp_path, **{BUSY_TIMEOUT_ENV: "150", RACY_WINDOW_ENV: "40"})
-    assert values == [150, 150, 40_000_000] and stderr == ""
+    values, stderr = probe(tmp_path, **{BUSY_TIMEOUT_ENV: "150", RACY_WINDOW_ENV: "40", WAIT_POLL_ENV: "30", WAIT_PROGRESS_ENV: "700"})
+    assert values == [150, 150, 40_000_000, 30, 700] and stderr == ""
+
+
+def test_without_the_variables_the_defaults_stand(tmp_path: Path) -> None:
+    values, stderr = probe(tmp_path)
+    assert values == [5_000, 5_000, 2_000_000_000, 1_000, 10_000] and stderr == ""
+
+
+def test_a_wait_interval_of_0_would_be_a_busy_loop_and_is_refused(tmp_path: Path) -> None:
+    values, stderr = probe(tmp_path, **{WAIT_PROGRESS_ENV: "0"})
+    assert values[4] == 10_000
+    assert stderr.strip() == f"{WAIT_PROGRESS_ENV}='0' is not a whole number of milliseconds from 1 to 3600000; using 10000"
 
 
 @pytest.mark.parametrize("raw", ["abc", "-1", "1.5", "3600001", "0x10"])

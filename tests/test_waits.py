@@ -1,7 +1,9 @@
 """ccweb_wait_for_conversations and the changeToken (issue 13 item 4), through the SDK's client.
 
-Every wait here runs in a real `ccweb-index serve` (stdio or HTTP) and is woken by files this test
-process writes, the way cc-web would: another process's write. The index is shared with other
+Every wait here is woken by files this test writes, the way cc-web would. What a wait answers runs
+in the server `serve` runs, in this process (conftest.memory_client_for, with its own watcher or
+none); what is a process's runs in a real `ccweb-index serve` over stdio or HTTP: progress
+notifications, SIGTERM, many waits on the shared HTTP server. The index is shared with other
 processes where it matters (a `watch` daemon that indexes a change before the server does). The
 contract's list part is tests/reference.py's; what a token means is checked by what the next wait
 reports.
@@ -29,8 +31,19 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from test_http import TOKEN, _clean_env, _headers, outliving_the_server, start_http_server, stop
 
+from ccweb_index.indexer.tuning import WAIT_PROGRESS_ENV
+
 import reference
-from conftest import CCWEB_INDEX, Corpus, StdioClient, answer_of, session, stdio_client_for, wait_until
+from conftest import (
+    CCWEB_INDEX,
+    Corpus,
+    StdioClient,
+    answer_of,
+    memory_client_for,
+    session,
+    stdio_client_for,
+    wait_until,
+)
 
 LIST = "ccweb_list_conversations"
 WAIT = "ccweb_wait_for_conversations"
@@ -68,9 +81,16 @@ def token_of(client: StdioClient, arguments: dict[str, Any] | None = None) -> st
 
 
 @contextmanager
-def served(corpus: Corpus, db: Path, *args: str) -> Iterator[StdioClient]:
-    with stdio_client_for(corpus.path, db, source=SOURCE, args=args) as client:
+def served(corpus: Corpus, db: Path, *, watch: bool = True, max_waits: int | None = None) -> Iterator[StdioClient]:
+    with memory_client_for(corpus.path, db, source=SOURCE, watch=watch, max_waits=max_waits) as client:
         client.list_tools()  # as hosts do; the SDK then checks answers against the output schemas
+        yield client
+
+
+@contextmanager
+def served_over_stdio(corpus: Corpus, db: Path, env: dict[str, str] | None = None) -> Iterator[StdioClient]:
+    with stdio_client_for(corpus.path, db, source=SOURCE, env=env) as client:
+        client.list_tools()
         yield client
 
 
@@ -101,15 +121,15 @@ def test_a_wait_is_woken_by_each_kind_of_change(corpus: Corpus, db_path: Path, t
     server learns of it from the index's change sequence."""
     write_family(corpus)
     daemon = None
-    args: tuple[str, ...] = ()
     if indexer != "own watcher":
-        args = ("--no-watch",)
         daemon = subprocess.Popen(
-            [CCWEB_INDEX, "watch", "--sessions-dir", str(corpus.path), "--db", str(db_path)],
+            [CCWEB_INDEX, "watch", "-v", "--sessions-dir", str(corpus.path), "--db", str(db_path)],
             env=_clean_env(), stderr=open(tmp_path / "daemon.log", "wb"),
         )  # fmt: skip
+        # Indexing and watching (and its SIGTERM handler set) before the server opens the index.
+        assert wait_until(lambda: "watching" in (tmp_path / "daemon.log").read_text(), timeout=60), "the daemon did not start"
     try:
-        with served(corpus, db_path, *args) as client:
+        with served(corpus, db_path, watch=daemon is None) as client:
             token = token_of(client)
             waiting = start_wait(client, {"scope": "children", "since": token, "timeoutSeconds": LONG})
             time.sleep(0.5)
@@ -219,7 +239,7 @@ def test_a_deleted_subtree_is_reported_whole(corpus: Corpus, db_path: Path) -> N
     still say where they were, so the next wait reports both (without a watcher: the wait's check
     finds them)."""
     write_tree(corpus)
-    with served(corpus, db_path, "--no-watch") as client:
+    with served(corpus, db_path, watch=False) as client:
         token = token_of(client, {"scope": "descendants"})
         corpus.delete("g1")
         corpus.delete("w1")
@@ -282,26 +302,28 @@ def test_changes_committed_by_another_process_before_the_server_started(corpus: 
 # --- progress, cancellation, the cap, SIGTERM -----------------------------------------------------------
 
 
-def test_progress_notifications_every_ten_seconds(corpus: Corpus, db_path: Path) -> None:
+def test_progress_notifications_every_interval(corpus: Corpus, db_path: Path) -> None:
+    """A notification every PROGRESS_SECONDS (server.waits; 10 s by default, 1 s here through the
+    environment), none at the time-out itself."""
     write_family(corpus)
     seen: list[tuple[float, float | None, str | None]] = []
 
     async def progress(value: float, total: float | None, message: str | None) -> None:
         seen.append((value, total, message))
 
-    with served(corpus, db_path) as client:
-        result = start_wait(client, {"timeoutSeconds": 12}, progress_callback=progress).result(timeout=60)
+    with served_over_stdio(corpus, db_path, env={WAIT_PROGRESS_ENV: "1000"}) as client:
+        result = start_wait(client, {"timeoutSeconds": 2.5}, progress_callback=progress).result(timeout=60)
     assert payload_of(result)["timedOut"] is True
-    assert len(seen) == 1, seen
-    value, total, message = seen[0]
-    assert 10 <= value < 12 and total == 12 and message and "nothing changed" in message
+    assert [int(value) for value, _, _ in seen] == [1, 2], seen
+    for value, total, message in seen:
+        assert value < 2.5 and total == 2.5 and message and "nothing changed" in message
 
 
 def test_a_cancelled_wait_ends_and_frees_its_place(corpus: Corpus, db_path: Path) -> None:
     """The client cancels (it sends notifications/cancelled): the server ends the wait at once, so
     with room for one wait, the next wait is accepted."""
     write_family(corpus)
-    with served(corpus, db_path, "--max-waits", "1") as client:
+    with served(corpus, db_path, max_waits=1) as client:
         portal = client._portal
 
         async def cancelled_after(seconds: float) -> bool:
@@ -316,7 +338,7 @@ def test_a_cancelled_wait_ends_and_frees_its_place(corpus: Corpus, db_path: Path
 
 def test_the_cap_refuses_waits_beyond_it(corpus: Corpus, db_path: Path) -> None:
     write_family(corpus)
-    with served(corpus, db_path, "--max-waits", "2") as client:
+    with served(corpus, db_path, max_waits=2) as client:
         open_waits = [start_wait(client, {"timeoutSeconds": 3}) for _ in range(2)]
         time.sleep(0.5)
         payload, is_error = client.call(WAIT, {"timeoutSeconds": LONG})
@@ -342,7 +364,7 @@ def _serve_pid(db: Path) -> int:
 
 def test_sigterm_answers_waits_in_flight_over_stdio(corpus: Corpus, db_path: Path) -> None:
     write_family(corpus)
-    with served(corpus, db_path) as client:
+    with served_over_stdio(corpus, db_path) as client:
         waits = [start_wait(client, {"scope": "children", "timeoutSeconds": LONG}) for _ in range(3)]
         time.sleep(1.0)
         pid = _serve_pid(db_path)

@@ -159,13 +159,37 @@ def corpus(tmp_path: Path) -> Corpus:
     return corpus
 
 
-@pytest.fixture(params=CLIENTS, ids=lambda p: "-".join(filter(None, p)))
-def client(request: pytest.FixtureRequest) -> Iterator[Client]:
+@pytest.fixture(scope="module", params=CLIENTS, ids=lambda p: "-".join(filter(None, p)))
+def client_process(request: pytest.FixtureRequest) -> Iterator[Client]:
+    """One client process for the module's tests (starting one costs about a second of CPU): each
+    test connects it afresh, and leaves it closed."""
     client = Client.start(*request.param)
     try:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture
+def client(client_process: Client) -> Iterator[Client]:
+    assert client_process.proc.poll() is None, f"the {client_process.name} client exited in an earlier test"
+    try:
+        yield client_process
+    finally:
+        client_process.send({"op": "close"})  # the connection this test left open, if any
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HttpServer, Corpus]]:
+    """A server that tests only read from (and are refused by)."""
+    root = tmp_path_factory.mktemp("clients-shared")
+    corpus = Corpus(root / "sessions")
+    write_corpus(corpus)
+    server = start_http_server(corpus.path, root / "index.sqlite", root / "server.log", token=TOKEN)
+    try:
+        yield server, corpus
+    finally:
+        stop(server)
 
 
 def stdio_command(corpus: Corpus, db: Path, source: str | None, mode: str | None) -> dict[str, Any]:
@@ -224,18 +248,15 @@ def test_http_and_a_restart_mid_session(client: Client, corpus: Corpus, tmp_path
     assert "Traceback" not in server.stderr()
 
 
-def test_http_without_the_token_names_it(client: Client, corpus: Corpus, tmp_path: Path) -> None:
+def test_http_without_the_token_names_it(client: Client, shared_server: tuple[HttpServer, Corpus]) -> None:
     """What the client shows its user when the token is missing or wrong: where to configure it."""
-    server = start_http_server(corpus.path, tmp_path / "index.sqlite", tmp_path / "server.log", token=TOKEN)
-    try:
-        for token in (None, "not-the-token"):
-            answer = client.send(http_command(server, SOURCE, client.mode, token))
-            if answer["ok"]:  # a client that pins its protocol version sends nothing until the first request
-                answer = client.send({"op": "list"})
-            assert not answer["ok"], answer
-            message = answer["error"]["message"]
-            print(f"{client.name} client, token {token!r}: {answer['error']['name']}: {message}")
-            assert "CCWEB_INDEX_TOKEN" in message and "--token-file" in message, message
-            client.send({"op": "close"})
-    finally:
-        stop(server)
+    server, _ = shared_server
+    for token in (None, "not-the-token"):
+        answer = client.send(http_command(server, SOURCE, client.mode, token))
+        if answer["ok"]:  # a client that pins its protocol version sends nothing until the first request
+            answer = client.send({"op": "list"})
+        assert not answer["ok"], answer
+        message = answer["error"]["message"]
+        print(f"{client.name} client, token {token!r}: {answer['error']['name']}: {message}")
+        assert "CCWEB_INDEX_TOKEN" in message and "--token-file" in message, message
+        client.send({"op": "close"})
