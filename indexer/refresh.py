@@ -258,12 +258,13 @@ class Indexer:
         pending: list[Loaded] = []
         pending_bytes = 0
         sizes = {w.session_id: w.size for w in plan}
+        latest = {w.session_id for w in plan if not w.patient}
         loads = load_many(self.sessions_dir, plan, self.max_session_bytes, self.parse_bytes_in_flight)
         torn = TornWrites(self.sessions_dir, self.max_session_bytes)
         for session_id, loaded in loads:
             known = stored.get(session_id)
             if loaded is not None and torn.worth_waiting_for(loaded, known is not None and known.good):
-                if session_id in current:  # the version before this write stands, and is the latest
+                if session_id in latest:  # the version before this write stands, and is the latest
                     loaded = replace(loaded, writing=True)
                 else:
                     loaded = torn.settle(loaded, checkpoints.get(session_id))
