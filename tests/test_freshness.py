@@ -191,11 +191,11 @@ def test_a_change_the_reader_is_still_handling_is_waited_for(corpus: Corpus, db_
         handling, release = threading.Event(), threading.Event()
         add = watcher.dirty.add
 
-        def slow_add(session_id: str) -> None:
+        def slow_add(session_id: str, *, completed: bool = False) -> None:
             if session_id == "w1" and not release.is_set():
                 handling.set()
                 release.wait(10)
-            add(session_id)
+            add(session_id, completed=completed)
 
         watcher.dirty.add = slow_add  # type: ignore[method-assign]
         assert ids(svc, scope="children") == []
