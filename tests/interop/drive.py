@@ -19,7 +19,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 # A client answers within this; a call that hangs is a failure, not a stuck test run.
 ANSWER_SECONDS = 60.0
-INSTALL_HINT = "install Node.js and run `npm install --prefix tests/interop` (.ci/run does both)"
+INSTALL_HINT = "install Node.js and run `npm ci --prefix tests/interop` (.ci/run does both)"
 
 
 def node() -> str:

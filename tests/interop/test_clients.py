@@ -210,7 +210,7 @@ def http_command(server: HttpServer, source: str | None, mode: str | None, token
 def test_the_typescript_client_is_the_pinned_1x() -> None:
     lock = json.loads((Path(__file__).parent / "package-lock.json").read_text())
     pinned = lock["packages"]["node_modules/@modelcontextprotocol/sdk"]["version"]
-    assert pinned.startswith("1.") and ts_sdk_version() == pinned, "run `npm install --prefix tests/interop`"
+    assert pinned.startswith("1.") and ts_sdk_version() == pinned, "run `npm ci --prefix tests/interop`"
 
 
 def test_stdio(client: Client, corpus: Corpus, tmp_path: Path) -> None:
