@@ -120,26 +120,25 @@ class _Block(msgspec.Struct):
     text: Any = None
 
 
-class _Document(msgspec.Struct):
+class _Header(msgspec.Struct):
+    """The fields of a session file before its messages, as both decoders below read them."""
+
     title: Any = None
     agent: Any = None
     status: Any = None
     createdAt: Any = None
     updatedAt: Any = None
     createdFrom: Any = None
+
+
+class _Document(_Header):
     messages: msgspec.Raw = msgspec.Raw(b"null")
 
 
-class _WholeDocument(msgspec.Struct):
+class _WholeDocument(_Header):
     """_Document with its messages decoded in the same pass: a file that needs no checkpoint (and
     whose messages are all objects) is walked once instead of twice."""
 
-    title: Any = None
-    agent: Any = None
-    status: Any = None
-    createdAt: Any = None
-    updatedAt: Any = None
-    createdFrom: Any = None
     messages: list[_Message] | None = None
 
 
