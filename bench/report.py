@@ -1,4 +1,4 @@
-"""Issue 4's targets checked against a run's results, and the markdown report (docs/benchmarks.md)."""
+"""Issues 4's and 12's targets checked against a run's results, and the markdown report (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,13 @@ from typing import Any
 KEEP_MARKER = "<!-- bench.run rewrites everything above this line; what follows is kept across runs. -->"
 
 RSS_LIMIT_MB = 300.0
+# Issue 12's targets (item 4 and item 5), met on both corpus profiles in one run.
+INDEX_OVER_CORPUS_MAX = 0.2
+WAL_LIMIT_MB = 64.0
+NOOP_COMMAND_OVER_FLOOR_MAX = 0.1
+P50_OVER_CANNED_MAX = 1.15
+P99_OVER_CANNED_MAX = 2.0
+CANNED_CASES = ("children_hot", "all_20", "inputs_largest")
 
 
 def _get(out: dict[str, Any], *path: str) -> Any:
@@ -136,6 +143,59 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def targets_12(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 12's table: the cold build against the independent floor, what the index keeps on disk, the
+    no-op `build` command at both scales, and stdio calls against a canned server (same SDK, no product code)."""
+    rows = []
+    b = _get(out, "build_main") or {}
+    n = {key: _n(_get(out, f"corpus_{key}", "sessions")) for key in ("main", "small")}
+    rows.append(_row(
+        "cold `ccweb-index build` ≤ 1.0× the floor",
+        f"{_f(b.get('seconds'))} s / {_f(b.get('floor_s'))} s ({n['main']} sessions)",
+        b.get("build_over_floor"), 1.0, "max", "build_main", out,
+    ))  # fmt: skip
+    rows.append(_row(
+        f"index on disk (db + wal + shm) ≤ {INDEX_OVER_CORPUS_MAX}× the sessions directory",
+        f"{_f(b.get('index_mb'), ',.0f')} MB = {_f(b.get('index_over_corpus'), '.3f')}×",
+        b.get("index_over_corpus"), INDEX_OVER_CORPUS_MAX, "max", "build_main", out,
+    ))  # fmt: skip
+    r = _get(out, "rebuild_main") or {}
+    stdio = _get(out, "stdio_main") or {}
+    settled = [v for v in (b.get("wal_mb"), r.get("noop_wal_mb"), stdio.get("wal_mb_after_servers")) if v is not None]
+    rows.append(_row(
+        f"WAL after a `build` or `serve` has settled ≤ {WAL_LIMIT_MB:.0f} MB",
+        f"after the cold build {_f(b.get('wal_mb'), '.1f')} MB, the no-op build {_f(r.get('noop_wal_mb'), '.1f')} MB, "
+        f"the stdio servers {_f(stdio.get('wal_mb_after_servers'), '.1f')} MB",
+        max(settled) if len(settled) == 3 else None, WAL_LIMIT_MB, "max", "stdio_main", out,
+    ))  # fmt: skip
+    rows.append(_row(
+        f"build peak RSS, whole process tree ≤ {RSS_LIMIT_MB:.0f} MB",
+        f"{_f(b.get('peak_rss_mb'), '.0f')} MB ({_n(b.get('processes'))} processes)",
+        b.get("peak_rss_mb"), RSS_LIMIT_MB, "max", "build_main", out,
+    ))  # fmt: skip
+    for key in ("main", "small"):
+        rb = _get(out, f"rebuild_{key}") or {}
+        rows.append(_row(
+            f"no-op `build` as a command ≤ {NOOP_COMMAND_OVER_FLOOR_MAX}× the floor at {n[key]} sessions",
+            f"{_f(rb.get('noop_command_s'), '.3f')} s = {_f(rb.get('noop_command_over_floor'), '.3f')}× the floor",
+            rb.get("noop_command_over_floor"), NOOP_COMMAND_OVER_FLOOR_MAX, "max", f"rebuild_{key}", out,
+        ))  # fmt: skip
+    for name in CANNED_CASES:
+        case = (stdio.get("cases") or {}).get(name) or {}
+        canned = case.get("canned") or {}
+        rows.append(_row(
+            f"stdio `{name}` p50 ≤ {P50_OVER_CANNED_MAX}× canned p50",
+            f"{_f(case.get('p50_ms'), '.3f')} ms / {_f(canned.get('p50_ms'), '.3f')} ms",
+            case.get("p50_over_canned"), P50_OVER_CANNED_MAX, "max", "stdio_main", out,
+        ))  # fmt: skip
+        rows.append(_row(
+            f"stdio `{name}` p99 ≤ {P99_OVER_CANNED_MAX:g}× canned p99",
+            f"{_f(case.get('p99_ms'), '.3f')} ms / {_f(canned.get('p99_ms'), '.3f')} ms",
+            case.get("p99_over_canned"), P99_OVER_CANNED_MAX, "max", "stdio_main", out,
+        ))  # fmt: skip
+    return rows
+
+
 # --- completeness (the smoke test's check) ---------------------------------------------------------
 
 CASES = ("children_hot", "children_three", "all_20", "inputs_small", "inputs_largest")
@@ -168,7 +228,7 @@ def missing_figures(out: dict[str, Any]) -> list[str]:
         value = _get(out, *path.split("."))
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             missing.append(f"{path} = {value!r}")
-    for row in out.get("targets", []):
+    for row in [*out.get("targets", []), *out.get("targets_12", [])]:
         if row.get("met") is None:
             missing.append(f"target {row['target']!r}: {row['verdict']}")
     return missing
@@ -200,7 +260,7 @@ def render(out: dict[str, Any]) -> str:
     lines = _header(out)
     for profile, profile_out in (out.get("profiles") or {}).items():
         lines += [f"# {PROFILES.get(profile, profile)}", ""]
-        lines += _body(profile_out)
+        lines += _body({**profile_out, "config": out.get("config")})  # the run's settings, said per profile
     return "\n".join(lines)
 
 
@@ -256,12 +316,13 @@ def _body(out: dict[str, Any]) -> list[str]:
             lines.append(f"- `{name}`: {_error(out, name)}")
         lines += ["", "Their tracebacks are in `benchmarks.json` under `errors`.", ""]
 
-    lines += ["## Against issue 4's targets", ""]
-    lines += _table(
-        ["target", "measured", "status"],
-        [[row["target"], row["measured"], _status(row)] for row in out.get("targets", [])],
-    )
-    lines += [""]
+    for issue, key in (("12", "targets_12"), ("4", "targets")):
+        lines += [f"## Against issue {issue}'s targets", ""]
+        lines += _table(
+            ["target", "measured", "status"],
+            [[row["target"], row["measured"], _status(row)] for row in out.get(key, [])],
+        )
+        lines += [""]
 
     corpus = {k: steps.get(f"corpus_{k}") or {} for k in ("main", "small")}
     lines += ["## Corpora", ""]
@@ -456,6 +517,7 @@ def _body(out: dict[str, Any]) -> list[str]:
         lines.append(f"Not measured: {_error(out, 'watcher_main')}.")
     lines += [""]
 
+    lines += _side_by_side(out)
     lines += ["## Memory", ""]
     rows = []
     for key in ("main", "small"):
@@ -477,6 +539,41 @@ def _body(out: dict[str, Any]) -> list[str]:
             for k, v in servers.items())]  # fmt: skip
     lines += [""]
     return lines
+
+
+def _side_by_side(out: dict[str, Any]) -> list[str]:
+    """`bench.run --baseline`: the figures both checkouts were measured on, in the same minutes."""
+    rows = []
+    for key in ("main", "small"):
+        n = _n(_get(out, f"corpus_{key}", "sessions"))
+        for step, what in (("build", "cold build"), ("rebuild", "no-op build")):
+            both = _get(out, f"{step}_{key}", "side_by_side") or {}
+            if both:
+                rows.append([f"{what}, {n} sessions (median of each)", _f(both.get("before_s"), ".3f", " s"),
+                             _f(both.get("after_s"), ".3f", " s"), _f(both.get("after_over_before"), ".2f", "×")])  # fmt: skip
+            if step == "build" and both:
+                rows.append([f"cold build peak RSS, {n} sessions", _f(both.get("before_peak_rss_mb"), ".0f", " MB"),
+                             _f(both.get("after_peak_rss_mb"), ".0f", " MB"),
+                             _f(both["after_peak_rss_mb"] / both["before_peak_rss_mb"], ".2f", "×")])  # fmt: skip
+                rows.append([f"index on disk, {n} sessions", _f(both.get("before_index_mb"), ",.0f", " MB"),
+                             _f(both.get("after_index_mb"), ",.0f", " MB"),
+                             _f(both["after_index_mb"] / both["before_index_mb"], ".2f", "×")])  # fmt: skip
+    for name, case in (_get(out, "stdio_main", "cases") or {}).items():
+        before = case.get("before")
+        if not before:
+            continue
+        for figure, label in (("p50_ms", "p50"), ("p99_ms", "p99"), ("server_cpu_ms_per_call", "server CPU per call")):
+            if before.get(figure) and case.get(figure):
+                rows.append([f"stdio `{name}` {label}", _f(before[figure], ".3f", " ms"), _f(case[figure], ".3f", " ms"),
+                             _f(case[figure] / before[figure], ".2f", "×")])  # fmt: skip
+    if not rows:
+        return []
+    lines = [
+        "## Before and after, side by side (`--baseline`)", "",
+        f"The baseline is `{(out.get('config') or {}).get('baseline')}`, on an index of its own. Builds alternate "
+        "between the two checkouts; the stdio calls of both are interleaved in the same rounds with the floor.", "",
+    ]  # fmt: skip
+    return lines + _table(["figure", "before", "after", "after / before"], rows) + [""]
 
 
 def _server_label(key: str) -> str:

@@ -63,6 +63,8 @@ TOOL_CONVERSATIONS = "ccweb_list_conversations"
 SCALES = ("main", "small")
 # Files written less than the racy window before they are indexed are re-read later (racy).
 RACY_WAIT_S = RACY_WINDOW_NS / 1e9 + 0.1
+# `--baseline`: builds per checkout, alternating, for a before/after measured side by side.
+BASELINE_ROUNDS = 3
 
 
 @dataclass
@@ -205,10 +207,51 @@ def _index_mb(db: Path) -> float:
     return sum(os.path.getsize(p) for p in (f"{db}{s}" for s in ("", "-wal", "-shm")) if os.path.exists(p)) / 1e6
 
 
-def _build(scale: Scale) -> Any:
+def _wal_mb(db: Path) -> float:
+    """The index's WAL as it is now (0 when there is none): issue 12 bounds it once a build or server settles."""
+    try:
+        return os.path.getsize(f"{db}-wal") / 1e6
+    except FileNotFoundError:
+        return 0.0
+
+
+def _build(scale: Scale, command: str | None = None, db: Path | None = None) -> Any:
+    """`ccweb-index build` of this scale's corpus; `command` and `db`: another checkout's, into its own index."""
     assert scale.corpus is not None and scale.db is not None
-    cmd = [ccweb_index_command(), "build", "--sessions-dir", str(scale.corpus), "--db", str(scale.db)]
+    cmd = [command or ccweb_index_command(), "build", "--sessions-dir", str(scale.corpus), "--db", str(db or scale.db)]
     return run_measured(cmd, env=clean_env()).check("ccweb-index build")
+
+
+def _fresh(db: Path) -> Path:
+    for suffix in ("", "-wal", "-shm", ".lock"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    return db
+
+
+def _before_db(scale: Scale) -> Path:
+    """The baseline's own index (`--baseline`): an older checkout may not read this one's schema."""
+    assert scale.db is not None
+    return scale.db.with_name(f"{scale.db.stem}-before{scale.db.suffix}")
+
+
+def _side_by_side(run: Run, scale: Scale, cold: bool) -> dict[str, Any]:
+    """`--baseline`: the same `build` by both checkouts, alternating (before first), BASELINE_ROUNDS times
+    each; cold builds start from fresh indexes. Medians of both, so load from elsewhere hits both alike."""
+    before_db, after_db = _before_db(scale), scale.db
+    assert after_db is not None
+    seconds: dict[str, list[float]] = {"before": [], "after": []}
+    rss: dict[str, list[float]] = {"before": [], "after": []}
+    for _ in range(BASELINE_ROUNDS):
+        for side, command, db in (("before", run.args.baseline, before_db), ("after", None, after_db)):
+            measured = _build(scale, command, _fresh(db) if cold else db)
+            seconds[side].append(measured.seconds)
+            rss[side].append(measured.peak_rss_mb)
+    result = {f"{side}_s": median(seconds[side]) for side in seconds}
+    result.update({f"{side}_peak_rss_mb": max(rss[side]) for side in rss})
+    result["after_over_before"] = result["after_s"] / result["before_s"]
+    if cold:
+        result.update(before_index_mb=_index_mb(before_db), after_index_mb=_index_mb(after_db))
+    return result
 
 
 def _reported(stderr: str) -> dict[str, Any]:
@@ -232,9 +275,7 @@ def _reported(stderr: str) -> dict[str, Any]:
 def build_step(run: Run, scale: Scale) -> dict[str, Any]:
     """Cold `ccweb-index build` into a fresh index: wall seconds of the process, MB/s, peak RSS."""
     assert scale.corpus is not None
-    scale.db = run.work / f"{scale.key}.sqlite"
-    for suffix in ("", "-wal", "-shm", ".lock"):
-        Path(f"{scale.db}{suffix}").unlink(missing_ok=True)
+    scale.db = _fresh(run.work / f"{scale.key}.sqlite")
     measured = _build(scale)
     corpus_bytes = scale.summary["bytes"]
     result = {
@@ -245,6 +286,8 @@ def build_step(run: Run, scale: Scale) -> dict[str, Any]:
         "tree_peak_rss_mb": measured.tree_peak_rss_mb,
         "processes": measured.tree_max_processes,
         "index_mb": _index_mb(scale.db),
+        "index_over_corpus": _index_mb(scale.db) * 1e6 / corpus_bytes,
+        "wal_mb": _wal_mb(scale.db),
         **_reported(measured.stderr),
     }
     try:
@@ -258,6 +301,8 @@ def build_step(run: Run, scale: Scale) -> dict[str, Any]:
         pass
     if result.get("files_read") != scale.summary["sessions"]:
         raise RuntimeError(f"the cold build read {result.get('files_read')} files, not {scale.summary['sessions']}")
+    if run.args.baseline:
+        result["side_by_side"] = _side_by_side(run, scale, cold=True)
     return result
 
 
@@ -311,7 +356,10 @@ def rebuild_step(run: Run, scale: Scale) -> dict[str, Any]:
         "noop_s": noop_s,
         "noop_files_read": noop_read,
         "noop_command_files_read": noop_reported.get("files_read"),
+        "noop_wal_mb": _wal_mb(scale.db),
     }
+    if run.args.baseline:
+        result["side_by_side"] = _side_by_side(run, scale, cold=False)
     try:
         floor = run.result(f"floor_{scale.key}")
         result["noop_over_floor"] = noop_s / floor["floor_s"]
@@ -426,13 +474,16 @@ def stdio_step(run: Run, scale: Scale) -> dict[str, Any]:
         result = anyio.run(
             lambda: stdio_calls.measure(
                 str(scale.corpus), str(scale.db), cases, calls=run.args.calls, per_round=run.args.round,
-                warmup=20, errlog=errlog, work=run.work,
+                warmup=20, errlog=errlog, work=run.work, baseline=run.args.baseline,
+                baseline_db=str(_before_db(scale)) if run.args.baseline else None,
             )
         )  # fmt: skip
     _check_answers(scale, result["cases"])
     for case in cases:
         result["cases"][case["name"]]["label"] = case["label"]
         result["cases"][case["name"]]["args"] = case["args"]
+    assert scale.db is not None
+    result["wal_mb_after_servers"] = _wal_mb(scale.db)  # every server of the step has exited
     return result
 
 
@@ -573,6 +624,8 @@ def reproduce_command(args: argparse.Namespace) -> str:
         "--seed", str(args.seed), "--calls", str(args.calls), "--rescan-calls", str(args.rescan_calls),
         "--lag-writes", str(args.lag_writes), "--corpus-dir", str(args.corpus_dir), "--profile", args.profile,
     ]  # fmt: skip
+    if args.baseline:
+        parts += ["--baseline", args.baseline]
     return shlex.join(parts)
 
 
@@ -600,6 +653,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--out-dir", help="where benchmarks.json and benchmarks.md go (default docs/; quick: CORPUS_DIR/quick)"
     )
     ap.add_argument("--work-dir", help="indexes and logs (default: a temporary directory in CORPUS_DIR, removed after)")
+    ap.add_argument(
+        "--baseline", metavar="CCWEB_INDEX",
+        help="another checkout's `ccweb-index` (e.g. the code before a change): its builds and stdio calls are "
+        "measured side by side with this checkout's, each on its own index",
+    )  # fmt: skip
     ap.add_argument(
         "--skip", default="",
         help="comma-separated steps or step groups to leave out, e.g. small,watcher (for development)",
@@ -683,6 +741,7 @@ def main(argv: list[str] | None = None) -> int:
         out["duration_s"] = (_dt.datetime.now(_dt.UTC) - started).total_seconds()
         for profile, profile_out in out["profiles"].items():
             profile_out["targets"] = report.targets(profile_out)
+            profile_out["targets_12"] = report.targets_12(profile_out)
             profile_out["missing_figures"] = report.missing_figures(profile_out)
             for line in profile_out["missing_figures"]:
                 progress(f"missing ({profile}): {line}")

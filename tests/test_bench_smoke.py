@@ -79,9 +79,10 @@ def test_bench_run_quick_reports_every_figure(tmp_path: Path) -> None:
         watcher = steps["watcher_main"]
         assert watcher["writes"] == LAG_WRITES == watcher["visible_on_first_call"], "a write was not seen by the next call"
         assert 0 < watcher["p50_ms"] <= watcher["p99_ms"] <= watcher["max_ms"]
-        # Every target of issue 4 has a measured value, and its verdict follows from value and limit.
+        # Every target of issues 4 and 12 has a measured value, and its verdict follows from value and limit.
         assert len(measured["targets"]) >= 18
-        for row in measured["targets"]:
+        assert len(measured["targets_12"]) == 12
+        for row in [*measured["targets"], *measured["targets_12"]]:
             assert isinstance(row["value"], float | int) and row["value"] >= 0, row
             met = row["value"] <= row["limit"] if row["kind"] == "max" else row["value"] >= row["limit"]
             assert row["met"] == met, row
@@ -92,13 +93,14 @@ def test_bench_run_quick_reports_every_figure(tmp_path: Path) -> None:
     assert results["command"].startswith("python -m bench.run --quick")
 
     markdown = (out_dir / "benchmarks.md").read_text()
-    for heading in ("## Machine", "# Short inputs", "# Long pasted inputs", "## Against issue 4's targets",
+    for heading in ("## Machine", "# Short inputs", "# Long pasted inputs", "## Against issue 12's targets",
+                    "## Against issue 4's targets",
                     "## 1. Cold build", "## 2. Rebuilds", "## 3. and 4. Tool calls", "## 5. The rescan",
                     "## 6. Watcher lag", "## Memory"):  # fmt: skip
         assert heading in markdown, heading
     assert markdown.count("## 1. Cold build") == 2
     for measured in results["profiles"].values():
-        for row in measured["targets"]:
+        for row in [*measured["targets"], *measured["targets_12"]]:
             assert row["measured"] in markdown and row["verdict"] in markdown, row
     assert results["command"] in markdown and f"`{RACY_WINDOW_ENV}=100`" in markdown
     assert "not measured" not in markdown
