@@ -4,10 +4,10 @@
                                 [--code TREE] [--label after]
 
 A sessions directory of small conversations (some of them MCP children of `src`) and one big one,
-`hot` (--messages messages, about 52 bytes each: 1,000,000 make 52 MB), which a writer thread grows
+`hot` (--messages messages, about 52 bytes each: 1,000,000 make 52 MB), which a writer process grows
 by a few messages every --interval seconds, rewriting the whole file in place as cc-web's
 `fs.writeFile` does. Two servers share one index, both with their watcher: `serve` over stdio and
-`serve --transport http`. One client per transport calls, back to back, in rounds:
+`serve --transport http`. One client per transport, each in a process of its own, calls back to back, in rounds:
 `list_conversations` children of `src`, `list_conversations` scope all, `list_user_inputs` of a
 small conversation, and `list_user_inputs` of `hot`. Prints one JSON object: each call kind's
 latency per transport, the write times, the hot file's parse times in this process (whole, and
@@ -26,7 +26,6 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -182,16 +181,50 @@ async def drive(client: Any, until: float, warmup: float) -> dict[str, list[floa
     return times
 
 
-async def run_clients(command: list[str], env: dict[str, str], sessions: Path, db: Path, url: str, work: Path, seconds: float) -> dict[str, Any]:
-    async with (
-        connect("stdio", command, env, sessions, db, url, work / "stdio.log") as stdio,
-        connect("http", command, env, sessions, db, url, work / "http.log") as http,
-    ):
-        await stdio.call_tool(*CALLS["all"])  # the stdio server's first reconcile
-        now = time.monotonic()
-        warmup, until = now + min(10.0, seconds / 6), now + seconds
-        results = await asyncio.gather(drive(stdio, until, warmup), drive(http, until, warmup))
-    return dict(zip(("stdio", "http"), results))
+def _client(transport: str, command: list[str], env: dict[str, str], sessions: Path, db: Path, url: str, work: Path,
+            warmup: float, until: float, results: Any) -> None:
+    """One client in a process of its own, as an agent's client is: what one client or the writer does
+    in Python (a 56 MB copy holds the GIL) must not show up as the other's latency."""
+
+    async def run() -> dict[str, list[float]]:
+        async with connect(transport, command, env, sessions, db, url, work / f"{transport}.log") as client:
+            await client.call_tool(*CALLS["all"])  # the stdio server's first reconcile
+            return await drive(client, until, warmup)
+
+    results.put((transport, asyncio.run(run())))
+
+
+def _writer(path: Path, messages: int, interval: float, stop: Any, results: Any) -> None:
+    """The hot file grows in a process of its own (see `_client`)."""
+    hot = HotFile(path, messages)  # the same bytes as the file written at start
+    writes = []
+    while not stop.wait(interval):
+        writes.append(hot.append())
+    results.put(("writes", (writes, hot.count)))
+
+
+def run_clients(hot: HotFile, interval: float, command: list[str], env: dict[str, str], sessions: Path, db: Path,
+                url: str, work: Path, seconds: float) -> tuple[dict[str, Any], list[float], int]:
+    """Both clients and the writer, each a process; the calls of both clients, the write times, the messages."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    results, stop = context.Queue(), context.Event()
+    now = time.monotonic()
+    warmup, until = now + min(10.0, seconds / 6), now + seconds
+    writer = context.Process(target=_writer, args=(hot.path, hot.count, interval, stop, results))
+    clients = [
+        context.Process(target=_client, args=(transport, command, env, sessions, db, url, work, warmup, until, results))
+        for transport in ("stdio", "http")
+    ]
+    for process in (writer, *clients):
+        process.start()
+    got = dict(results.get(timeout=seconds + 300) for _ in clients)
+    stop.set()
+    writes, count = results.get(timeout=60)[1]
+    for process in (writer, *clients):
+        process.join(60)
+    return {transport: got[transport] for transport in ("stdio", "http")}, writes, count
 
 
 # --- the hot file's own parse -----------------------------------------------------------------------
@@ -215,6 +248,27 @@ def parse_times(sessions: Path, repeat: int = 5) -> dict[str, float | None]:
     return {"whole_s": statistics.median(whole), "resumed_s": statistics.median(resumed) if resumed else None}
 
 
+OTHER_P99_MAX_MS = 50.0  # issue 10: every call about something else, over each transport
+OWN_OVER_INCREMENTAL_MAX = 2.0  # issue 10: the hot session's own list_user_inputs against its incremental parse
+
+
+def targets(report: dict[str, Any]) -> dict[str, Any]:
+    """Issue 10's two targets. The hot session's own call is compared by what it costs beyond the same call
+    about a small conversation on the same client (the transport and the SDK, which parse nothing):
+    that extra, at the median, against twice the hot file's incremental parse (docs/decisions.md)."""
+    resumed_ms = (report["hot_parse"].get("resumed_s") or 0) * 1000
+    out: dict[str, Any] = {}
+    for transport, calls in report["calls"].items():
+        other = max(calls[kind]["p99_ms"] for kind in ("children", "all", "inputs_small"))
+        extra = calls["inputs_hot"]["p50_ms"] - calls["inputs_small"]["p50_ms"]
+        out[transport] = {
+            "other_calls_p99_ms": other, "other_calls_p99_met": other <= OTHER_P99_MAX_MS,
+            "own_extra_p50_ms": extra, "incremental_parse_ms": resumed_ms,
+            "own_met": extra <= OWN_OVER_INCREMENTAL_MAX * resumed_ms,
+        }  # fmt: skip
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path, help="a new directory for the corpus and the index")
@@ -233,21 +287,10 @@ def main() -> int:
     progress("building the index")
     subprocess.run([*command, "build", "--sessions-dir", str(sessions), "--db", str(db)], env=env, check=True)
     server, url = start_http(command, env, sessions, db, args.out / "http-server.log")
-    writes: list[float] = []
-    stop = threading.Event()
-
-    def writer() -> None:
-        while not stop.wait(args.interval):
-            writes.append(hot.append())
-
-    thread = threading.Thread(target=writer, daemon=True)
     try:
-        thread.start()
         progress(f"calling for {args.seconds:.0f} s while {HOT} grows every {args.interval} s")
-        calls = asyncio.run(run_clients(command, env, sessions, db, url, args.out, args.seconds))
+        calls, writes, hot.count = run_clients(hot, args.interval, command, env, sessions, db, url, args.out, args.seconds)
     finally:
-        stop.set()
-        thread.join()
         server.terminate()
         server.wait(30)
     report: dict[str, Any] = {
@@ -264,6 +307,7 @@ def main() -> int:
     }
     if args.code is None:
         report["hot_parse"] = parse_times(sessions)
+        report["targets"] = targets(report)
     print(json.dumps(report))
     return 0
 
