@@ -64,7 +64,7 @@ SCALES = ("main", "small")
 # Files written less than the racy window before they are indexed are re-read later (racy).
 RACY_WAIT_S = RACY_WINDOW_NS / 1e9 + 0.1
 # `--baseline`: builds per checkout, alternating, for a before/after measured side by side.
-BASELINE_ROUNDS = 3
+BASELINE_ROUNDS = 2
 
 
 @dataclass
