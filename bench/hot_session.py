@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ccweb_index_command, clean_env, latency_summary, progress
+from bench.stdio_calls import cpu_ns
 
 HOT = "hot"
 SOURCE = "src"
@@ -289,7 +290,9 @@ def main() -> int:
     server, url = start_http(command, env, sessions, db, args.out / "http-server.log")
     try:
         progress(f"calling for {args.seconds:.0f} s while {HOT} grows every {args.interval} s")
+        cpu_before = cpu_ns(server.pid)
         calls, writes, hot.count = run_clients(hot, args.interval, command, env, sessions, db, url, args.out, args.seconds)
+        http_server_cpu_s = (cpu_ns(server.pid) - cpu_before) / 1e9
     finally:
         server.terminate()
         server.wait(30)
@@ -300,6 +303,7 @@ def main() -> int:
         "writes": len(writes),
         "write_s_median": statistics.median(writes) if writes else None,
         "loadavg": os.getloadavg(),
+        "http_server_cpu_s": http_server_cpu_s,  # all its threads, over the run (warm-up included)
         "calls": {
             transport: {kind: latency_summary(times[kind]) for kind in KINDS if times[kind]} | {"errors": times["errors"][0]}
             for transport, times in calls.items()
