@@ -226,6 +226,8 @@ class Indexer:
         plan = [Wanted(i, size, checkpoints.get(i), i not in current) for i, size in wanted]
         sizes = dict(wanted)
         progress.start(len(sizes), sum(sizes.values()))
+        if not plan and not gone:  # the usual look of a call: every file was in line
+            return []
         with self._large_pass(len(plan) > _BATCH_FILES or sum(sizes.values()) > _BATCH_BYTES):
             return self._load_and_write_plan(plan, checkpoints, gone, stored, stats, progress)
 
