@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import TracebackType
 
 from ccweb_index.indexer.db import Index, open_handle
 from ccweb_index.indexer.errors import (
@@ -99,31 +100,21 @@ class IndexHandle:
 
     # --- using it ---------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def connection(self) -> Iterator[sqlite3.Connection]:
+    def connection(self) -> _Connection:
         """The open connection, under the lock; its sqlite3 errors come out as IndexFailure types."""
-        with self.held():
-            if self._index is None:
-                raise IndexUnavailable(f"the index is not open ({self._reason})")
-            try:
-                yield self._index.conn
-            except sqlite3.Error as exc:
-                raise translate(exc) from exc
+        return _Connection(self)
 
-    @contextlib.contextmanager
-    def held(self, lock: threading.Lock | threading.RLock | None = None) -> Iterator[None]:
+    def held(self, lock: threading.Lock | threading.RLock | None = None) -> _Held:
         """`lock` (by default the handle's), waited for until this thread's deadline (`deadline`):
         IndexBusy after it. Without a deadline, waited for as long as it takes."""
-        lock = self.lock if lock is None else lock
+        return _Held(self, self.lock if lock is None else lock)
+
+    def _acquire(self, lock: threading.Lock | threading.RLock) -> None:
         deadline: float | None = getattr(self._calls, "deadline", None)
         if deadline is None:
             lock.acquire()
         elif not lock.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
             raise IndexBusy("another call or the indexing has held the index for too long")
-        try:
-            yield
-        finally:
-            lock.release()
 
     @contextlib.contextmanager
     def deadline(self, seconds: float) -> Iterator[None]:
@@ -239,3 +230,41 @@ class IndexHandle:
     def _start_back_off(self) -> None:
         self._back_off = min(max(self._back_off * 2, BACK_OFF_SECONDS[0]), BACK_OFF_SECONDS[1])
         self._retry_at = time.monotonic() + self._back_off
+
+
+# `held` and `connection` are entered several times by every call: as classes rather than
+# generator-based context managers, each costs a few attribute look-ups instead of a generator,
+# its wrapper and their frames (docs/benchmarks.md, "second pass").
+
+
+class _Held:
+    __slots__ = ("_handle", "_lock")
+
+    def __init__(self, handle: IndexHandle, lock: threading.Lock | threading.RLock) -> None:
+        self._handle, self._lock = handle, lock
+
+    def __enter__(self) -> None:
+        self._handle._acquire(self._lock)
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+class _Connection:
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle: IndexHandle) -> None:
+        self._handle = handle
+
+    def __enter__(self) -> sqlite3.Connection:
+        handle = self._handle
+        handle._acquire(handle.lock)
+        if handle._index is None:
+            handle.lock.release()
+            raise IndexUnavailable(f"the index is not open ({handle._reason})")
+        return handle._index.conn
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._handle.lock.release()
+        if isinstance(exc, sqlite3.Error):
+            raise translate(exc) from exc
