@@ -126,15 +126,15 @@ def test_a_rewritten_report_keeps_the_notes_below_the_marker(tmp_path: Path) -> 
 
 
 def test_bench_initialize_reports_every_figure(tmp_path: Path) -> None:
+    from bench.gen_corpus import generate
+    from bench.initialize import main
+
     corpus = tmp_path / "sessions"
-    subprocess.run([sys.executable, "-m", "bench.gen_corpus", "--sessions", "50", "--seed", "1", "--out", str(corpus),
-                    "--scale-bytes", "0.01"], cwd=REPO, check=True, capture_output=True, timeout=60)  # fmt: skip
+    generate(corpus, 50, 1, 0.01)
     out = tmp_path / "init.json"
-    # One round of each: every server start costs a second of CPU, and one round has every figure.
-    command = [sys.executable, "-m", "bench.initialize", "--sessions-dir", str(corpus), "--rounds", "1",
-               "--cold-rounds", "1", "--json", str(out)]  # fmt: skip
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=110)
-    assert done.returncode == 0, done.stderr[-6000:]
+    # One round of each and no uncounted warm-up starts: every server start costs a second of CPU, and
+    # one round has every figure. The harness runs in this process (it only spawns and times servers).
+    main(["--sessions-dir", str(corpus), "--rounds", "1", "--cold-rounds", "1", "--warmup-rounds", "0", "--json", str(out)])
     results = json.loads(out.read_text())
     for server, rounds in (("floor", 1), ("warm", 1), ("cold", 1)):
         for answer in ("initialize", "tools_list"):
@@ -143,26 +143,29 @@ def test_bench_initialize_reports_every_figure(tmp_path: Path) -> None:
         assert results[server]["initialize"]["p50_s"] <= results[server]["tools_list"]["p50_s"]
 
 
-def test_bench_wait_latency_reports_its_figures() -> None:
-    command = [sys.executable, "-m", "bench.wait_latency", "--sessions", "50", "--writes", "5", "--daemon"]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-6000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+def test_bench_wait_latency_reports_its_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.wait_latency import main
+
+    # In this process: the harness is an SDK client of the servers it starts, as the test worker is.
+    assert main(["--sessions", "50", "--writes", "5", "--daemon"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["bench"] == "wait_latency" and result["writes"] == 5 and result["daemon"] is True
     assert 0 < result["p50_ms"] <= result["p99_ms"] <= result["max_ms"]
 
 
-def test_bench_tree_reports_every_case(tmp_path: Path) -> None:
+def test_bench_tree_reports_every_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.tree import main
+
     command = [
-        sys.executable, "-m", "bench.tree", "--dir", str(tmp_path), "--children", "3", "--per-child", "2",
+        "--dir", str(tmp_path), "--children", "3", "--per-child", "2",
         "--total", "30", "--others", "10", "--calls", "20", "--round", "5", "--json", str(tmp_path / "tree.json"),
     ]  # fmt: skip
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-6000:]
+    assert main(command) == 0  # in this process: the harness calls the service in-process
+    stdout = capsys.readouterr().out
     result = json.loads((tmp_path / "tree.json").read_text())
     assert result["tree"]["conversations"] == 30
     cases = result["cases"]
     assert set(cases) == {"children", "descendants", "ids_100", "descendants_page_2"}
     assert all(not case["is_error"] and case["calls"] == 20 for case in cases.values())
     assert cases["children"]["returnedCount"] == 3 and cases["descendants"]["returnedCount"] == 20
-    assert "| descendants |" in done.stdout
+    assert "| descendants |" in stdout
