@@ -25,6 +25,9 @@ if str(REPO) not in sys.path:  # bench/ is not an installed package; it runs fro
 # median and an order between min, p50 and max). Both scales and both profiles, as the default runs.
 CALLS, LAG_WRITES = 4, 2
 MAIN_SESSIONS, SMALL_SESSIONS = 30, 40
+# Both scales' sessions at the small-sessions size factor: the corpora share their text pools, which
+# the generator makes once per run (at `--quick`'s 0.05 the pool alone is five times larger).
+MAIN_SCALE = SMALL_SCALE = 0.01
 
 
 def latencies_in_order(case: dict[str, Any]) -> None:
@@ -37,6 +40,7 @@ def test_bench_run_quick_reports_every_figure(tmp_path: Path) -> None:
     out_dir = tmp_path / "out"
     command = [
         sys.executable, "-m", "bench.run", "--quick", "--sessions", str(MAIN_SESSIONS), "--small-sessions", str(SMALL_SESSIONS),
+        "--scale-bytes", str(MAIN_SCALE), "--small-scale-bytes", str(SMALL_SCALE),
         "--calls", str(CALLS), "--round", "2", "--rescan-calls", "2", "--lag-writes", str(LAG_WRITES),
         "--corpus-dir", str(tmp_path / "corpora"), "--out-dir", str(out_dir),
     ]  # fmt: skip
@@ -106,7 +110,7 @@ def test_bench_run_quick_reports_every_figure(tmp_path: Path) -> None:
     assert "not measured" not in markdown
     # Corpora and the work directory: the corpora are kept for reuse, the indexes are not.
     corpora = sorted(p.name for p in (tmp_path / "corpora").iterdir())
-    names = [f"s{MAIN_SESSIONS}-seed42-x0.05", f"s{SMALL_SESSIONS}-seed42-x0.01"]
+    names = [f"s{MAIN_SESSIONS}-seed42-x{MAIN_SCALE:g}", f"s{SMALL_SESSIONS}-seed42-x{SMALL_SCALE:g}"]
     assert corpora == sorted(f"{prefix}{name}{suffix}" for prefix in ("", "long-") for name in names
                              for suffix in ("", ".summary.json"))  # fmt: skip
 
