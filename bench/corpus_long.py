@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import random
+from functools import cache
 
 from bench.gen_corpus import _EMOJI, _SPAN_MS, _T0_MS, _TOOLS, _iso, _Plan, _Text, _uuid, session_document
 
@@ -94,17 +95,19 @@ def _trace_pool(rng: random.Random, traces: int) -> str:
     return "\n\n".join(out) + "\n"
 
 
+@cache  # the pools depend only on the seed: one run that makes several corpora makes them once
+def _paste_pools(seed: int) -> tuple[str, str]:
+    """(log pool, trace pool)."""
+    rng = random.Random(f"ccweb-bench-long-pools:{seed}")
+    return _log_pool(rng, 40_000), _trace_pool(rng, 3_000)
+
+
 class LongGen:
     """Sessions of the long-input profile, from the short profile's prose and code pools."""
 
     def __init__(self, text: _Text, code: _Text, scale: float, seed: int) -> None:
-        rng = random.Random(f"ccweb-bench-long-pools:{seed}")
-        self.pastes = {
-            "prose": text,
-            "code": code,
-            "log": _Text(_log_pool(rng, 40_000)),
-            "trace": _Text(_trace_pool(rng, 3_000)),
-        }
+        log, trace = _paste_pools(seed)
+        self.pastes = {"prose": text, "code": code, "log": _Text(log), "trace": _Text(trace)}
         self.text = text
         self.scale = scale
         self.uscale = math.sqrt(scale)

@@ -38,6 +38,7 @@ import math
 import os
 import random
 import sys
+from functools import cache
 
 import msgspec
 
@@ -96,8 +97,18 @@ _EMOJI = [
 _PUNCT_ZH = ["，", "。", "！", "？", "：", "；", "、", "（", "）", "“", "”", "……"]
 
 
+# Text pool sizes in tokens: the full one from this scale up, else the small one.
+_FULL_POOL_SCALE = 0.05
+_POOL_TOKENS, _SMALL_POOL_TOKENS = 1_000_000, 200_000
+
+
 def _build_pools(seed: int, scale: float) -> tuple[str, str]:
     """Return (mixed CJK text pool, code/log text pool)."""
+    return _pools(seed, _POOL_TOKENS if scale >= _FULL_POOL_SCALE else _SMALL_POOL_TOKENS)
+
+
+@cache  # the pools depend only on their arguments: one run that makes several corpora makes them once
+def _pools(seed: int, n_tok: int) -> tuple[str, str]:
     rng = random.Random(f"ccweb-bench-pool:{seed}")
     rare = [chr(rng.randrange(0x4E00, 0x9FA6)) for _ in range(3000)]
     tokens: list[str] = []
@@ -121,7 +132,6 @@ def _build_pools(seed: int, scale: float) -> tuple[str, str]:
     for w in weights:
         acc += w
         cum.append(acc)
-    n_tok = 1_000_000 if scale >= 0.05 else 200_000
     text = "".join(rng.choices(tokens, cum_weights=cum, k=n_tok))
 
     ctoks = _CODE_WORDS + ["\n", "\n    ", "\n        ", "  "] * 6 + _ZH_WORDS[:20]

@@ -1,6 +1,6 @@
 """How fast `ccweb-index serve` starts: spawn -> `initialize` answered, and -> `tools/list` answered.
 
-    python -m bench.initialize --sessions-dir DIR [--rounds 40] [--cold-rounds 5] [--compare OTHER] [--json OUT]
+    python -m bench.initialize --sessions-dir DIR [--rounds 40] [--cold-rounds 5] [--warmup-rounds 1] [--compare OTHER] [--json OUT]
 
 An MCP client (Codex, Claude Code) spawns the stdio server and starts its first turn about a second
 later, ready or not (issue 8); what counts is when the server has answered `initialize` and
@@ -102,8 +102,11 @@ def summary(values: list[float]) -> dict[str, float]:
     }
 
 
-def measure(sessions_dir: str, rounds: int, cold_rounds: int, work: Path, compare: str | None = None) -> dict[str, Any]:
-    """`compare`: another `ccweb-index` (e.g. an older version's), timed warm in the same rounds."""
+def measure(
+    sessions_dir: str, rounds: int, cold_rounds: int, work: Path, compare: str | None = None, warmup_rounds: int = 1
+) -> dict[str, Any]:
+    """`compare`: another `ccweb-index` (e.g. an older version's), timed warm in the same rounds.
+    `warmup_rounds`: uncounted starts of the floor and the product first (they warm the page cache)."""
     product = [ccweb_index_command(), "serve", "--sessions-dir", sessions_dir, "--db"]
     floor = [sys.executable, "-m", "bench.empty_server"]
     env = clean_env(CCWEB_SOURCE_SESSION_ID="bench-source")
@@ -113,8 +116,9 @@ def measure(sessions_dir: str, rounds: int, cold_rounds: int, work: Path, compar
                    env=env, check=True, stderr=subprocess.DEVNULL)  # fmt: skip
     build_s = time.perf_counter() - built
     times: dict[str, list[tuple[float, float]]] = {"floor": [], "warm": [], "cold": [], "compare_warm": []}
-    one_round(floor, clean_env(), str(REPO))  # the first start of all warms the page cache; not counted
-    one_round([*product, str(warm_db)], env)
+    for _ in range(warmup_rounds):  # the first starts of all warm the page cache; not counted
+        one_round(floor, clean_env(), str(REPO))
+        one_round([*product, str(warm_db)], env)
     for n in range(rounds):
         times["floor"].append(one_round(floor, clean_env(), str(REPO)))
         times["warm"].append(one_round([*product, str(warm_db)], env))
@@ -129,16 +133,17 @@ def measure(sessions_dir: str, rounds: int, cold_rounds: int, work: Path, compar
     return result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.initialize", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions-dir", required=True, help="a corpus (bench.gen_corpus); 10,000 sessions for the issue's target")
     ap.add_argument("--rounds", type=int, default=40, help="product (warm index) and floor starts, interleaved")
     ap.add_argument("--cold-rounds", type=int, default=5, help="starts without an index (each builds in the background)")
     ap.add_argument("--compare", help="another ccweb-index executable to time warm in the same rounds (before/after)")
+    ap.add_argument("--warmup-rounds", type=int, default=1, help="uncounted starts of each first (0: none, for a smoke test)")
     ap.add_argument("--json", help="write the results here too")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ccweb-bench-init-") as work:
-        result = measure(args.sessions_dir, args.rounds, args.cold_rounds, Path(work), args.compare)
+        result = measure(args.sessions_dir, args.rounds, args.cold_rounds, Path(work), args.compare, args.warmup_rounds)
     result["compare"] = args.compare
     result["machine"] = {"cpus": os.cpu_count(), "usable_cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
                          "loadavg": os.getloadavg()}  # fmt: skip

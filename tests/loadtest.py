@@ -46,8 +46,9 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import reference  # noqa: E402
-from conftest import answer_of  # noqa: E402
-from test_contract import without_cursor  # noqa: E402
+
+# conftest and test_contract (the SDK, pytest, Hypothesis: about 2 CPU-s to import) are imported where
+# they are used: the writer process needs neither.
 
 INPUTS = "ccweb_list_user_inputs"
 CONVERSATIONS = "ccweb_list_conversations"
@@ -271,6 +272,8 @@ async def _client(spec: dict[str, Any]) -> dict[str, Any]:
     from mcp import ClientSession, StdioServerParameters, stdio_client
     from mcp.client.streamable_http import streamable_http_client
 
+    from conftest import answer_of
+
     @asynccontextmanager
     async def connect() -> AsyncIterator[ClientSession]:
         if spec["transport"] == "http":
@@ -482,6 +485,8 @@ class Oracle:
 def check_call(oracle: Oracle, timeline: Timeline, source: str, record: list[Any], torn: bool = True) -> str | None:
     """None if the answer is one a from-scratch computation during the call could give (with
     torn=False: without a last good version standing in for a file caught mid-write)."""
+    from test_contract import without_cursor
+
     name, arguments, started, ended, payload, is_error = record
     if is_error:
         return f"{name} {arguments}: tool error {payload}"

@@ -25,6 +25,9 @@ if str(REPO) not in sys.path:  # bench/ is not an installed package; it runs fro
 # median and an order between min, p50 and max). Both scales and both profiles, as the default runs.
 CALLS, LAG_WRITES = 4, 2
 MAIN_SESSIONS, SMALL_SESSIONS = 30, 40
+# Both scales' sessions at the small-sessions size factor: the corpora share their text pools, which
+# the generator makes once per run (at `--quick`'s 0.05 the pool alone is five times larger).
+MAIN_SCALE = SMALL_SCALE = 0.01
 
 
 def latencies_in_order(case: dict[str, Any]) -> None:
@@ -37,6 +40,7 @@ def test_bench_run_quick_reports_every_figure(tmp_path: Path) -> None:
     out_dir = tmp_path / "out"
     command = [
         sys.executable, "-m", "bench.run", "--quick", "--sessions", str(MAIN_SESSIONS), "--small-sessions", str(SMALL_SESSIONS),
+        "--scale-bytes", str(MAIN_SCALE), "--small-scale-bytes", str(SMALL_SCALE),
         "--calls", str(CALLS), "--round", "2", "--rescan-calls", "2", "--lag-writes", str(LAG_WRITES),
         "--corpus-dir", str(tmp_path / "corpora"), "--out-dir", str(out_dir),
     ]  # fmt: skip
@@ -106,7 +110,7 @@ def test_bench_run_quick_reports_every_figure(tmp_path: Path) -> None:
     assert "not measured" not in markdown
     # Corpora and the work directory: the corpora are kept for reuse, the indexes are not.
     corpora = sorted(p.name for p in (tmp_path / "corpora").iterdir())
-    names = [f"s{MAIN_SESSIONS}-seed42-x0.05", f"s{SMALL_SESSIONS}-seed42-x0.01"]
+    names = [f"s{MAIN_SESSIONS}-seed42-x{MAIN_SCALE:g}", f"s{SMALL_SESSIONS}-seed42-x{SMALL_SCALE:g}"]
     assert corpora == sorted(f"{prefix}{name}{suffix}" for prefix in ("", "long-") for name in names
                              for suffix in ("", ".summary.json"))  # fmt: skip
 
@@ -126,15 +130,15 @@ def test_a_rewritten_report_keeps_the_notes_below_the_marker(tmp_path: Path) -> 
 
 
 def test_bench_initialize_reports_every_figure(tmp_path: Path) -> None:
+    from bench.gen_corpus import generate
+    from bench.initialize import main
+
     corpus = tmp_path / "sessions"
-    subprocess.run([sys.executable, "-m", "bench.gen_corpus", "--sessions", "50", "--seed", "1", "--out", str(corpus),
-                    "--scale-bytes", "0.01"], cwd=REPO, check=True, capture_output=True, timeout=60)  # fmt: skip
+    generate(corpus, 50, 1, 0.01)
     out = tmp_path / "init.json"
-    # One round of each: every server start costs a second of CPU, and one round has every figure.
-    command = [sys.executable, "-m", "bench.initialize", "--sessions-dir", str(corpus), "--rounds", "1",
-               "--cold-rounds", "1", "--json", str(out)]  # fmt: skip
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=110)
-    assert done.returncode == 0, done.stderr[-6000:]
+    # One round of each and no uncounted warm-up starts: every server start costs a second of CPU, and
+    # one round has every figure. The harness runs in this process (it only spawns and times servers).
+    main(["--sessions-dir", str(corpus), "--rounds", "1", "--cold-rounds", "1", "--warmup-rounds", "0", "--json", str(out)])
     results = json.loads(out.read_text())
     for server, rounds in (("floor", 1), ("warm", 1), ("cold", 1)):
         for answer in ("initialize", "tools_list"):
@@ -143,26 +147,29 @@ def test_bench_initialize_reports_every_figure(tmp_path: Path) -> None:
         assert results[server]["initialize"]["p50_s"] <= results[server]["tools_list"]["p50_s"]
 
 
-def test_bench_wait_latency_reports_its_figures() -> None:
-    command = [sys.executable, "-m", "bench.wait_latency", "--sessions", "50", "--writes", "5", "--daemon"]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-6000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+def test_bench_wait_latency_reports_its_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.wait_latency import main
+
+    # In this process: the harness is an SDK client of the servers it starts, as the test worker is.
+    assert main(["--sessions", "50", "--writes", "5", "--daemon"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["bench"] == "wait_latency" and result["writes"] == 5 and result["daemon"] is True
     assert 0 < result["p50_ms"] <= result["p99_ms"] <= result["max_ms"]
 
 
-def test_bench_tree_reports_every_case(tmp_path: Path) -> None:
+def test_bench_tree_reports_every_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.tree import main
+
     command = [
-        sys.executable, "-m", "bench.tree", "--dir", str(tmp_path), "--children", "3", "--per-child", "2",
+        "--dir", str(tmp_path), "--children", "3", "--per-child", "2",
         "--total", "30", "--others", "10", "--calls", "20", "--round", "5", "--json", str(tmp_path / "tree.json"),
     ]  # fmt: skip
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-6000:]
+    assert main(command) == 0  # in this process: the harness calls the service in-process
+    stdout = capsys.readouterr().out
     result = json.loads((tmp_path / "tree.json").read_text())
     assert result["tree"]["conversations"] == 30
     cases = result["cases"]
     assert set(cases) == {"children", "descendants", "ids_100", "descendants_page_2"}
     assert all(not case["is_error"] and case["calls"] == 20 for case in cases.values())
     assert cases["children"]["returnedCount"] == 3 and cases["descendants"]["returnedCount"] == 20
-    assert "| descendants |" in done.stdout
+    assert "| descendants |" in stdout

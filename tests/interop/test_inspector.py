@@ -3,6 +3,10 @@
 The Inspector has its own result check: a tool error that carried `structuredContent` failed it
 (exit 1) instead of reaching the user. Each run is one session: `initialize`, the method, exit.
 Exit status 0 is an answer, 5 a tool error shown as such (its result on stdout), 3 refused auth.
+
+Every case runs against one HTTP server for the module (a run over stdio starts a server of its own, a
+second of CPU each); stdio is covered by the schema check, a success and a tool error that each take
+their source from the environment, and the cursor test, whose every page is a new server process.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ from test_contract import without_cursor
 INSPECTOR = HERE / "node_modules" / "@modelcontextprotocol" / "inspector" / "clients" / "launcher" / "build" / "index.js"
 # A run that hangs is a failure, not a stuck test run.
 RUN_SECONDS = 90
+# The Inspector's own connect timeout (default 15 s) covers a stdio server's start; on a loaded machine
+# that start took longer. Within RUN_SECONDS, so a hang still fails the run.
+CONNECT_TIMEOUT_MS = 60_000
 TOOL_IS_ERROR, AUTH_REQUIRED = 5, 3
 # (tool, --tool-arg pairs, arguments as the server receives them); the Inspector reads values as JSON.
 CASES: list[tuple[str, list[str], dict[str, Any]]] = [
@@ -47,7 +54,8 @@ def inspector(*args: str, target: list[str]) -> subprocess.CompletedProcess[str]
         raise AssertionError(f"the MCP Inspector is not installed in tests/interop: {INSTALL_HINT}")
     environment = {k: v for k, v in os.environ.items() if not k.startswith("CCWEB_")}
     environment["MCP_INSPECTOR_SECRET_STORE"] = "memory"  # no keychain on a CI machine
-    command = [node(), str(INSPECTOR), "--cli", "--stored-auth-only", *args, "--", *target]
+    command = [node(), str(INSPECTOR), "--cli", "--stored-auth-only", "--connect-timeout", str(CONNECT_TIMEOUT_MS), *args,
+               "--", *target]  # fmt: skip
     return subprocess.run(command, capture_output=True, text=True, timeout=RUN_SECONDS, env=environment, stdin=subprocess.DEVNULL)
 
 
@@ -90,23 +98,30 @@ def test_strict_schema_check(corpus: Corpus, server: HttpServer, tmp_path: Path)
         assert {tool["name"] for tool in json.loads(run.stdout)["tools"]} == {INPUTS, CONVERSATIONS, WAIT}
 
 
+# Over stdio: a success that needs the source and a tool error (exit 5), the source from the environment.
+STDIO_CASES = [case for case in CASES if case[1] in (["scope=children"], ["conversationId=broken"])]
+
+
 @pytest.mark.parametrize(("tool", "pairs", "arguments"), CASES, ids=[f"{c[0]}-{'-'.join(c[1])}" for c in CASES])
-def test_calls_over_stdio(corpus: Corpus, tmp_path: Path, tool: str, pairs: list[str], arguments: dict[str, Any]) -> None:
-    run = inspector("-e", f"CCWEB_SOURCE_SESSION_ID={SOURCE}", "--method", "tools/call", "--tool-name", tool,
-                    "--tool-arg", *pairs, target=stdio_target(corpus, tmp_path))  # fmt: skip
+def test_calls_over_http(corpus: Corpus, server: HttpServer, tool: str, pairs: list[str], arguments: dict[str, Any]) -> None:
+    run = inspector("--method", "tools/call", "--tool-name", tool, "--tool-arg", *pairs,
+                    "--header", f"Authorization: Bearer {TOKEN}", f"{SOURCE_HEADER}: {SOURCE}", target=[server.url])  # fmt: skip
     check_call(run, corpus, tool, arguments, SOURCE)
 
 
-def test_calls_over_http(corpus: Corpus, server: HttpServer) -> None:
-    auth = f"Authorization: Bearer {TOKEN}"
-    for tool, pairs, arguments in CASES:
-        run = inspector("--method", "tools/call", "--tool-name", tool, "--tool-arg", *pairs,
-                        "--header", auth, f"{SOURCE_HEADER}: {SOURCE}", target=[server.url])  # fmt: skip
-        check_call(run, corpus, tool, arguments, SOURCE)
-    # No source header: scope "children" has nobody's children to list.
+def test_calls_over_http_without_a_source(corpus: Corpus, server: HttpServer) -> None:
+    """No source header: scope "children" has nobody's children to list."""
     run = inspector("--method", "tools/call", "--tool-name", CONVERSATIONS, "--tool-arg", "scope=children",
-                    "--header", auth, target=[server.url])  # fmt: skip
+                    "--header", f"Authorization: Bearer {TOKEN}", target=[server.url])  # fmt: skip
     check_call(run, corpus, CONVERSATIONS, {"scope": "children"}, None)
+
+
+def test_calls_over_stdio(corpus: Corpus, tmp_path: Path) -> None:
+    assert len(STDIO_CASES) == 2
+    for tool, pairs, arguments in STDIO_CASES:
+        run = inspector("-e", f"CCWEB_SOURCE_SESSION_ID={SOURCE}", "--method", "tools/call", "--tool-name", tool,
+                        "--tool-arg", *pairs, target=stdio_target(corpus, tmp_path))  # fmt: skip
+        check_call(run, corpus, tool, arguments, SOURCE)
 
 
 def test_a_cursor_from_one_run_continues_in_the_next(corpus: Corpus, tmp_path: Path) -> None:
