@@ -54,7 +54,7 @@ from ccweb_index.indexer.sessionfile import (
     resume_parts,
     resume_session,
 )
-from ccweb_index.indexer.stored import stored_head
+from ccweb_index.indexer.stored import stored_head_utf8
 
 log = logging.getLogger("ccweb_index")
 
@@ -93,8 +93,9 @@ class Loaded:
     error: str | None  # None: it parsed, and `row` and `inputs` hold it
     size: int
     row: SessionRow | None = None
-    # (seq, message_id, created_at_ms, head, original_chars): plain tuples, which cross the worker pipe cheaply
-    inputs: list[tuple[int, str | None, int | None, str, int]] = field(default_factory=list)
+    # (seq, message_id, created_at_ms, head, original_chars): plain tuples, which cross the worker pipe
+    # cheaply. The head is UTF-8 (indexer.stored.stored_head_utf8), as the index keeps it.
+    inputs: list[tuple[int, str | None, int | None, bytes, int]] = field(default_factory=list)
     # The file could not be read now (files.is_transient): `error` says why, `sig` means nothing,
     # and nothing of it may be recorded. It stays due.
     transient: bool = False
@@ -244,7 +245,7 @@ def _load(
     # Cut here, in the worker: only what the index keeps crosses the pipe (indexer.stored). A resumed
     # parse holds only the inputs after the checkpoint's, numbered on from there.
     inputs = [
-        (seq, i.message_id, i.created_at_ms, stored_head(i.content), len(i.content))
+        (seq, i.message_id, i.created_at_ms, stored_head_utf8(i.content), len(i.content))
         for seq, i in enumerate(parsed.user_inputs, first)
     ]
     return Loaded(session_id, sig, racy, None, size, row, inputs, checkpoint=parsed.checkpoint, base=base)
