@@ -224,13 +224,15 @@ def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None
 def _migrate_and_claim(conn: sqlite3.Connection, sessions_dir: str) -> None:
     # Each migration runs in its own transaction with the record of it (sqlite-utils), so one
     # interrupted half-way (kill -9, power loss) is rolled back and simply runs again.
-    # Imported here: sqlite-utils is a tenth of `serve`'s start, which checks the index path
-    # (resolve_db_path) before it answers `initialize` but opens the index only afterwards.
-    from sqlite_utils import Database
+    # Imported only when there is one to run: sqlite-utils is a tenth of `serve`'s start, which
+    # checks the index path (resolve_db_path) before it answers `initialize` but opens the index
+    # only afterwards, and as much of a no-op `build` of 100,000 sessions.
+    if not _has_newest_migration(conn):
+        from sqlite_utils import Database
 
-    from ccweb_index.migrations import migrations
+        from ccweb_index.migrations import migrations
 
-    migrations.apply(Database(conn))
+        migrations.apply(Database(conn))
     # The path's bytes: any path the OS accepts, UTF-8 or not (an older index holds it as text).
     claimed = os.fsencode(sessions_dir)
     row = conn.execute("SELECT value FROM meta WHERE key = 'sessions_dir'").fetchone()
@@ -242,6 +244,23 @@ def _migrate_and_claim(conn: sqlite3.Connection, sessions_dir: str) -> None:
             "pass another --db, or delete this index file to rebuild it"
         )
     _check_stored_chars(conn)
+
+
+# The newest of migrations/__init__.py's migrations (a test holds the two equal), and the table and
+# set sqlite-utils records them in. They are applied in order, so an index that has this one has all.
+NEWEST_MIGRATION = "m008_checkpoint_regions"
+_MIGRATIONS_TABLE = "_sqlite_migrations"
+_MIGRATION_SET = "ccweb-index"
+
+
+def _has_newest_migration(conn: sqlite3.Connection) -> bool:
+    """False also when the record cannot be read (no table yet, another sqlite-utils' layout of it):
+    sqlite-utils then makes or mends it, and says what is wrong as it always did."""
+    sql = f"SELECT 1 FROM {_MIGRATIONS_TABLE} WHERE migration_set = ? AND name = ?"
+    try:
+        return conn.execute(sql, (_MIGRATION_SET, NEWEST_MIGRATION)).fetchone() is not None
+    except sqlite3.OperationalError:
+        return False
 
 
 def _check_stored_chars(conn: sqlite3.Connection) -> None:

@@ -462,6 +462,12 @@ open_index(Path(sys.argv[1]), sys.argv[2])
 """
 
 
+def test_opening_knows_the_newest_migration() -> None:
+    # An index with this one recorded is opened without running (or importing) the migrations.
+    assert dbmod.NEWEST_MIGRATION == migrations._migrations[-1].name
+    assert dbmod._MIGRATION_SET == migrations.name and dbmod._MIGRATIONS_TABLE == migrations.migrations_table
+
+
 @pytest.mark.parametrize("migration", [m.name for m in migrations._migrations])
 def test_a_migration_killed_half_way_is_redone(tmp_path: Path, migration: str) -> None:
     corpus = Corpus(tmp_path / "sessions")
