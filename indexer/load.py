@@ -80,6 +80,9 @@ _CHUNK_BYTES = 8 * 1024 * 1024
 _CHUNK_FILES = 64
 # Per worker: enough queued that it goes on parsing while the caller writes a batch to the index.
 _CHUNKS_IN_FLIGHT = 8
+# Near the end a worker holds no more than its share of the chunks left, and at least this many: a
+# full queue handed out then left one worker parsing it alone while the others had nothing to do.
+_CHUNKS_NEAR_END = 2
 WORKER_COMMAND = [sys.executable, "-m", "ccweb_index.indexer.load"]
 
 
@@ -394,7 +397,7 @@ def _load_in_workers(
                 retire(fd)
         while queues and (todo or any(queue for _, queue in queues.values())):
             for fd, (proc, queue) in list(queues.items()):
-                while todo and len(queue) < _CHUNKS_IN_FLIGHT and flight.admits(todo[0]):
+                while todo and len(queue) < _queue_depth(len(todo), len(queues)) and flight.admits(todo[0]):
                     queue.append(todo.popleft())
                     flight.sent(queue[-1])
                     try:
@@ -428,6 +431,11 @@ def _load_in_workers(
                 proc.kill()
         for reader in readers:
             reader.join()
+
+
+def _queue_depth(chunks_left: int, workers: int) -> int:
+    """How many chunks a worker may hold when `chunks_left` are still to be handed out."""
+    return max(_CHUNKS_NEAR_END, min(_CHUNKS_IN_FLIGHT, -(-chunks_left // workers)))
 
 
 def _read_answers(fd: int, inbox: SimpleQueue[tuple[int, Any]]) -> None:
