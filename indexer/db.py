@@ -51,6 +51,9 @@ _CACHE_KIB = 32_000
 # less CPU committing, and the index came out 8 % smaller (fewer half-empty pages and overflow
 # chains for heads of up to STORED_INPUT_CHARS code points). An existing index keeps its pages.
 PAGE_BYTES = 16 * 1024
+# SQLite's own checkpoint interval, in bytes rather than its 1,000 pages, so that it stays what it
+# was with 4 KiB pages whatever the index's page size: the WAL is copied back as often as before.
+AUTOCHECKPOINT_BYTES = 1000 * 4096
 # The WAL file is cut back to this size each time SQLite starts it over (every frame copied into
 # the database and no reader left on it), so a large build does not leave a large file behind for
 # every reader to map (issue 12). `settle_wal` empties it after a build and serve's first pass.
@@ -87,6 +90,8 @@ def connect(path: Path) -> sqlite3.Connection:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # before WAL mode writes the first page
         conn.execute("PRAGMA journal_mode = WAL")
+        (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+        checkpoint_every(conn, max(1, AUTOCHECKPOINT_BYTES // page_size))
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")  # negative: KiB, not pages
         conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
@@ -233,7 +238,7 @@ def _migrate_and_claim(conn: sqlite3.Connection, sessions_dir: str) -> None:
     # Imported only when there is one to run: sqlite-utils is a tenth of `serve`'s start, which
     # checks the index path (resolve_db_path) before it answers `initialize` but opens the index
     # only afterwards, and as much of a no-op `build` of 100,000 sessions.
-    if not _has_newest_migration(conn):
+    if not _has_every_migration(conn):
         from sqlite_utils import Database
 
         from ccweb_index.migrations import migrations
@@ -252,19 +257,19 @@ def _migrate_and_claim(conn: sqlite3.Connection, sessions_dir: str) -> None:
     _check_stored_chars(conn)
 
 
-# The newest of migrations/__init__.py's migrations (a test holds the two equal), and the table and
-# set sqlite-utils records them in. They are applied in order, so an index that has this one has all.
-NEWEST_MIGRATION = "m008_checkpoint_regions"
+# The table sqlite-utils records applied migrations in.
 _MIGRATIONS_TABLE = "_sqlite_migrations"
-_MIGRATION_SET = "ccweb-index"
 
 
-def _has_newest_migration(conn: sqlite3.Connection) -> bool:
+def _has_every_migration(conn: sqlite3.Connection) -> bool:
     """False also when the record cannot be read (no table yet, another sqlite-utils' layout of it):
     sqlite-utils then makes or mends it, and says what is wrong as it always did."""
-    sql = f"SELECT 1 FROM {_MIGRATIONS_TABLE} WHERE migration_set = ? AND name = ?"
+    from ccweb_index.migrations import MIGRATION_SET, NAMES
+
+    marks = ", ".join("?" * len(NAMES))
+    sql = f"SELECT COUNT(DISTINCT name) FROM {_MIGRATIONS_TABLE} WHERE migration_set = ? AND name IN ({marks})"
     try:
-        return conn.execute(sql, (_MIGRATION_SET, NEWEST_MIGRATION)).fetchone() is not None
+        return bool(conn.execute(sql, (MIGRATION_SET, *NAMES)).fetchone()[0] == len(NAMES))
     except sqlite3.OperationalError:
         return False
 
