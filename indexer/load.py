@@ -54,7 +54,7 @@ from ccweb_index.indexer.sessionfile import (
     resume_parts,
     resume_session,
 )
-from ccweb_index.indexer.stored import stored_head
+from ccweb_index.indexer.stored import stored_head_utf8
 
 log = logging.getLogger("ccweb_index")
 
@@ -80,6 +80,9 @@ _CHUNK_BYTES = 8 * 1024 * 1024
 _CHUNK_FILES = 64
 # Per worker: enough queued that it goes on parsing while the caller writes a batch to the index.
 _CHUNKS_IN_FLIGHT = 8
+# Near the end a worker holds no more than its share of the chunks left, and at least this many: a
+# full queue handed out then left one worker parsing it alone while the others had nothing to do.
+_CHUNKS_NEAR_END = 2
 WORKER_COMMAND = [sys.executable, "-m", "ccweb_index.indexer.load"]
 
 
@@ -93,8 +96,9 @@ class Loaded:
     error: str | None  # None: it parsed, and `row` and `inputs` hold it
     size: int
     row: SessionRow | None = None
-    # (seq, message_id, created_at_ms, head, original_chars): plain tuples, which cross the worker pipe cheaply
-    inputs: list[tuple[int, str | None, int | None, str, int]] = field(default_factory=list)
+    # (seq, message_id, created_at_ms, head, original_chars): plain tuples, which cross the worker pipe
+    # cheaply. The head is UTF-8 (indexer.stored.stored_head_utf8), as the index keeps it.
+    inputs: list[tuple[int, str | None, int | None, bytes, int]] = field(default_factory=list)
     # The file could not be read now (files.is_transient): `error` says why, `sig` means nothing,
     # and nothing of it may be recorded. It stays due.
     transient: bool = False
@@ -244,7 +248,7 @@ def _load(
     # Cut here, in the worker: only what the index keeps crosses the pipe (indexer.stored). A resumed
     # parse holds only the inputs after the checkpoint's, numbered on from there.
     inputs = [
-        (seq, i.message_id, i.created_at_ms, stored_head(i.content), len(i.content))
+        (seq, i.message_id, i.created_at_ms, stored_head_utf8(i.content), len(i.content))
         for seq, i in enumerate(parsed.user_inputs, first)
     ]
     return Loaded(session_id, sig, racy, None, size, row, inputs, checkpoint=parsed.checkpoint, base=base)
@@ -393,7 +397,7 @@ def _load_in_workers(
                 retire(fd)
         while queues and (todo or any(queue for _, queue in queues.values())):
             for fd, (proc, queue) in list(queues.items()):
-                while todo and len(queue) < _CHUNKS_IN_FLIGHT and flight.admits(todo[0]):
+                while todo and len(queue) < _queue_depth(len(todo), len(queues)) and flight.admits(todo[0]):
                     queue.append(todo.popleft())
                     flight.sent(queue[-1])
                     try:
@@ -427,6 +431,11 @@ def _load_in_workers(
                 proc.kill()
         for reader in readers:
             reader.join()
+
+
+def _queue_depth(chunks_left: int, workers: int) -> int:
+    """How many chunks a worker may hold when `chunks_left` are still to be handed out."""
+    return max(_CHUNKS_NEAR_END, min(_CHUNKS_IN_FLIGHT, -(-chunks_left // workers)))
 
 
 def _read_answers(fd: int, inbox: SimpleQueue[tuple[int, Any]]) -> None:

@@ -386,7 +386,8 @@ def _checkpoint(data: bytes, raw: msgspec.Raw, before_last: _Walk, *, at: int | 
     (found at byte `at`, or by looking for it). None when it cannot be placed for certain."""
     start = messages_offset(data) if at is None else at
     array = memoryview(raw)
-    if start is None or memoryview(data)[start : start + len(array)] != array:
+    # startswith compares with memcmp; comparing memoryviews went byte by byte (4 % of a build's parse).
+    if start is None or not data.startswith(array, start):
         return None  # not the array msgspec read (a duplicate "messages" key, or numbers re-encoded)
     elements = _raw_list.decode(raw)
     if not elements:
@@ -615,31 +616,21 @@ def parse_time(value: Any) -> int | None:
     return None
 
 
-_DAY_MS: dict[str, int] = {}
+# What cc-web writes (JavaScript's toISOString), and nothing else: ASCII digits where digits go.
+_TO_ISO_STRING = re.compile(r"\d{4}-\d{2}-\d{2}T(?:[01]\d|2[0-3]):\d{2}:\d{2}\.\d{3}Z", re.ASCII)
+_ONE_MS = _dt.timedelta(milliseconds=1)
 
 
 def _parse_iso(text: str) -> int | None:
-    # Fast path for what cc-web writes (JavaScript's toISOString): 2026-11-29T08:00:00.000Z.
-    if (
-        len(text) == 24 and text[23] == "Z" and text[10] == "T" and text[19] == "."
-        and text[13] == ":" and text[16] == ":" and text.isascii()
-    ):  # fmt: skip
-        date = text[:10]
-        day = _DAY_MS.get(date)
-        if day is None:
-            day = _parse_iso_general(date + "T00:00:00.000Z")
-            if day is None:
-                return None
-            if len(_DAY_MS) < 100_000:
-                _DAY_MS[date] = day
-        clock = text[11:13] + text[14:16] + text[17:19] + text[20:23]
-        if not clock.isdigit():
+    # Fast path for toISOString's shape, e.g. 2026-11-29T08:00:00.000Z: the standard library's C
+    # parser, a third of the pure-Python path's time (every user input has a time). The pattern
+    # leaves it only what both read alike: no week dates, no hour 24 (which newer Pythons take as
+    # the next day); a field out of range is a ValueError there and None here, as in the general path.
+    if len(text) == 24 and _TO_ISO_STRING.fullmatch(text):
+        try:
+            return (_dt.datetime.fromisoformat(text) - _EPOCH) // _ONE_MS
+        except ValueError:
             return None
-        hour, minute, second = int(clock[0:2]), int(clock[2:4]), int(clock[4:6])
-        if hour > 23 or minute > 59 or second > 59:
-            return None
-        ms = day + ((hour * 60 + minute) * 60 + second) * 1000 + int(clock[6:9])
-        return ms if ms <= _MAX_MS else None
     return _parse_iso_general(text)
 
 

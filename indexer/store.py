@@ -80,9 +80,11 @@ def record_loaded(conn: sqlite3.Connection, loaded: list[Loaded]) -> None:
         "DELETE FROM user_inputs WHERE session_id = ? AND seq >= ?",
         [(item.session_id, 0 if item.base is None else item.base.inputs) for item in parsed],
     )
+    # The head comes as UTF-8 bytes (Loaded.inputs); CAST makes the bound blob the TEXT value with
+    # those very bytes (the database's encoding is UTF-8), what binding the str would have stored.
     conn.executemany(
         "INSERT INTO user_inputs (session_id, seq, message_id, created_at_ms, content, original_chars) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
+        "VALUES (?, ?, ?, ?, CAST(? AS TEXT), ?)",
         [(item.session_id, *row) for item in parsed for row in item.inputs],
     )
     conn.executemany("DELETE FROM checkpoints WHERE session_id = ?", [(item.session_id,) for item in parsed])

@@ -18,3 +18,10 @@ STORED_CHARS_KEY = "stored_input_chars"
 def stored_head(content: str) -> str:
     """The part of an input the index keeps. Python's str counts code points, as the answers do."""
     return content[:STORED_INPUT_CHARS]
+
+
+def stored_head_utf8(content: str) -> bytes:
+    """`stored_head` as the UTF-8 that SQLite stores: made once in the parse worker, it crosses the
+    pipe and is bound as it is (indexer.store), where a str would be decoded by pickle in the parent
+    and encoded again by sqlite3 (a fifth of the parent's CPU on issue 12's long corpus)."""
+    return stored_head(content).encode()

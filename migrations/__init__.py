@@ -7,15 +7,29 @@ and rebuild data, as long as it leaves a schema the code below can fill again fr
 
 from __future__ import annotations
 
-from sqlite_utils import Database, Migrations
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ccweb_index.indexer import stored, tree
 from ccweb_index.indexer.stored import STORED_CHARS_KEY, stored_head
 
-migrations = Migrations("ccweb-index")
+if TYPE_CHECKING:
+    from sqlite_utils import Database, Migrations
+
+# The migrations are registered with sqlite-utils only when one is to be run (`migrations`, below):
+# opening an index that has them all (indexer.db) compares its record with NAMES, without importing
+# sqlite-utils, a tenth of a no-op build of 100,000 sessions.
+MIGRATION_SET = "ccweb-index"
+_STEPS: list[Callable[[Database], None]] = []
 
 
-@migrations()
+def _step(fn: Callable[[Database], None]) -> Callable[[Database], None]:
+    _STEPS.append(fn)
+    return fn
+
+
+@_step
 def m001_sessions(db: Database) -> None:
     # One row per session file seen. The stat signature (ino, size, mtime_ns, ctime_ns) says which
     # file state the row describes; `racy` marks a state recorded too close to the file's last change
@@ -53,7 +67,7 @@ def m001_sessions(db: Database) -> None:
     )
 
 
-@migrations()
+@_step
 def m002_user_inputs(db: Database) -> None:
     # `seq` is the input's position among the session's user inputs, oldest first, so the newest N
     # are one descending range scan of the primary key.
@@ -71,14 +85,14 @@ def m002_user_inputs(db: Database) -> None:
     )
 
 
-@migrations()
+@_step
 def m003_meta(db: Database) -> None:
     # Index-wide facts: which directory this index is for, the directory's stat signature at the
     # last listing (to notice files added or removed without listing again), the last reconcile.
     db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID")
 
 
-@migrations()
+@_step
 def m004_input_heads(db: Database) -> None:
     # Keep of each input only what an answer can show (indexer.stored): its head, in `content`, and
     # its full length in code points. Both are computed by Python's str, as a fresh build does:
@@ -92,7 +106,7 @@ def m004_input_heads(db: Database) -> None:
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (STORED_CHARS_KEY, stored.STORED_INPUT_CHARS))
 
 
-@migrations()
+@_step
 def m005_checkpoints(db: Database) -> None:
     # Where a large session file's messages array can be resumed from (indexer.sessionfile.Checkpoint),
     # describing the version whose user_inputs rows the index holds: written with them, in the same
@@ -125,7 +139,7 @@ _SELECTION = ("created_from_kind", "created_from_source", "agent_key", "status")
 CHANGE_LOG_ROWS = 10_000
 
 
-@migrations()
+@_step
 def m006_changes(db: Database) -> None:
     # The change sequence behind `changeToken` (ccweb_wait_for_conversations): one row per change to
     # a listed session (created, rewritten, deleted), numbered by AUTOINCREMENT so a number is never
@@ -178,7 +192,7 @@ def m006_changes(db: Database) -> None:
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('index_id', lower(hex(randomblob(8))))")
 
 
-@migrations()
+@_step
 def m007_tree_links(db: Database) -> None:
     # Each readable session's MCP ancestors, in answer order per ancestor (indexer.tree), so that
     # scope "descendants" reads one range like scope "children" does, however large the tree.
@@ -186,10 +200,30 @@ def m007_tree_links(db: Database) -> None:
     tree.relink_all(db.conn)
 
 
-@migrations()
+@_step
 def m008_checkpoint_regions(db: Database) -> None:
     # The crc32 of the last bytes of a checkpoint's prefix (indexer.sessionfile.Checkpoint.region), so
     # that resuming a grown file reads its header, that region and its tail, not the whole prefix.
     # The checkpoints an older index holds have none (NULL): they are checked against the whole
     # prefix once, as before, and the next checkpoint of each file has one.
     db.execute("ALTER TABLE checkpoints ADD COLUMN region INTEGER")
+
+
+# Every migration's name, in order.
+NAMES = tuple(fn.__name__ for fn in _STEPS)
+
+
+@functools.cache
+def _registered() -> Migrations:
+    from sqlite_utils import Migrations
+
+    registered = Migrations(MIGRATION_SET)
+    for fn in _STEPS:
+        registered()(fn)
+    return registered
+
+
+def __getattr__(name: str) -> Migrations:
+    if name == "migrations":
+        return _registered()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -70,7 +70,8 @@ class FileAnswers:
         if loaded.error is None:
             # As queries.newest_inputs: inputs[seq] is the input at seq.
             end = len(loaded.inputs) if start is None else max(0, min(start + 1, len(loaded.inputs)))
-            newest = [StoredInput(*item) for item in reversed(loaded.inputs[max(0, end - request.limit - 1) : end])]
+            page = reversed(loaded.inputs[max(0, end - request.limit - 1) : end])
+            newest = [StoredInput(seq, mid, at, head.decode(), chars) for seq, mid, at, head, chars in page]
         else:
             self.unreadable.note(loaded)
             good = self._last_good_inputs(conversation_id, request.limit + 1, start) if use_index else None

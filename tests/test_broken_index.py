@@ -462,6 +462,14 @@ open_index(Path(sys.argv[1]), sys.argv[2])
 """
 
 
+def test_opening_reads_the_record_sqlite_utils_keeps() -> None:
+    # An index with every one of NAMES recorded there is opened without importing sqlite-utils.
+    from ccweb_index.migrations import MIGRATION_SET, NAMES
+
+    assert NAMES == tuple(m.name for m in migrations._migrations)
+    assert (MIGRATION_SET, dbmod._MIGRATIONS_TABLE) == (migrations.name, migrations.migrations_table)
+
+
 @pytest.mark.parametrize("migration", [m.name for m in migrations._migrations])
 def test_a_migration_killed_half_way_is_redone(tmp_path: Path, migration: str) -> None:
     corpus = Corpus(tmp_path / "sessions")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ccweb_index.indexer import db as dbmod
 from ccweb_index.indexer import load
 from ccweb_index.server.service import Service
 
@@ -62,3 +63,25 @@ def test_a_dead_worker_costs_nothing(corpus: Corpus, tmp_path: Path, monkeypatch
     monkeypatch.setattr(load, "WORKER_COMMAND", [sys.executable, "-c", "import sys; sys.exit(3)"])
     build(corpus, tmp_path / "dead.sqlite")
     assert index_rows(tmp_path / "dead.sqlite") == index_rows(tmp_path / "serial.sqlite")
+
+
+def page_size(db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute("PRAGMA page_size").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_a_new_index_has_large_pages_and_an_old_one_keeps_its_own(corpus: Corpus, tmp_path: Path) -> None:
+    make_corpus(corpus)
+    build(corpus, tmp_path / "new.sqlite")
+    assert page_size(tmp_path / "new.sqlite") == dbmod.PAGE_BYTES
+    old = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(old)
+    conn.execute("PRAGMA page_size = 4096")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.close()
+    build(corpus, old)
+    assert page_size(old) == 4096
+    assert index_rows(old) == index_rows(tmp_path / "new.sqlite")

@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ccweb_index.indexer.sessionfile import (
     Unreadable,
@@ -16,6 +18,8 @@ from ccweb_index.indexer.sessionfile import (
     parse_time,
     session_id_from_name,
 )
+
+import reference
 
 
 def parse(doc: Any) -> Any:
@@ -165,6 +169,10 @@ def test_created_and_updated_fallbacks() -> None:
         ("2026-02-30T00:00:00Z", None),
         ("2026-11-29T24:00:00Z", None),
         ("2026-11-29T08:00:60Z", None),
+        ("2026-11-29T24:00:00.000Z", None),
+        ("2026-W48-7T08:00:00.000Z", None),
+        ("2026-11-29T08:00:00.000Z", "2026-11-29T08:00:00.000Z"),
+        ("0000-12-31T23:59:59.999Z", None),
         ("yesterday", None),
         ("\uff12\uff10\uff12\uff16-11-29T08:00:00Z", None),
         ("2026-11-29T08:00:00.\u0661Z", None),
@@ -179,6 +187,26 @@ def test_created_and_updated_fallbacks() -> None:
 )
 def test_times(value: Any, expected: str | None) -> None:
     assert format_time(parse_time(value)) == expected
+
+
+# Each field of toISOString's shape drawn past its range (month 19, hour 24, day 00...), so that
+# both valid and invalid times are common.
+_FIELDS = st.tuples(
+    st.integers(0, 9999), st.integers(0, 19), st.integers(0, 39),
+    st.integers(0, 29), st.integers(0, 69), st.integers(0, 69), st.integers(0, 999),
+)  # fmt: skip
+
+
+# Microseconds an example: many of them, as a quarter of the drawn times are valid.
+@settings(max_examples=1000)
+@given(_FIELDS, st.integers(0, 23), st.sampled_from("-T:.Z5"))
+def test_times_in_to_iso_string_shape(fields: tuple[int, ...], at: int, other: str) -> None:
+    # That shape takes a fast path (the standard library's parser): it reads every such string as
+    # the reference does, also with one character replaced.
+    text = "{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}.{:03d}Z".format(*fields)
+    assert parse_time(text) == reference.parse_time(text)
+    changed = text[:at] + other + text[at + 1 :]
+    assert parse_time(changed) == reference.parse_time(changed)
 
 
 @pytest.mark.parametrize(
