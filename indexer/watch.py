@@ -100,6 +100,7 @@ class Watcher(Protocol):
     def start(self) -> None: ...
     def stop(self) -> None: ...
     def sync(self) -> bool: ...
+    def seen_for(self, session_id: str) -> dict[str, int] | None: ...
     @property
     def running(self) -> bool: ...
 
@@ -119,6 +120,10 @@ class _DirtySet:
         # (its close after writing, or a rename onto it); None: the watcher does not see those.
         self.watching_since: int | None = None
         self._completed: dict[str, int] = {}
+        # When each file's latest change was seen, kept after it is applied (`seen_for`), and when
+        # events were last lost: a change lost then was made before it.
+        self._last_seen: dict[str, int] = {}
+        self._lost_at = 0
 
     def written(self, session_id: str) -> int:
         """After what moment a completed write of the file would have been seen (Indexer.refresh)."""
@@ -126,9 +131,18 @@ class _DirtySet:
         with self._cond:
             return self._completed.get(session_id, self.watching_since)
 
+    def seen_for(self, session_id: str) -> int | None:
+        """When the latest change of this file was seen here, for `Indexer.refresh(seen=...)`; None
+        while a change of it, or lost events, wait to be applied."""
+        assert self.watching_since is not None
+        with self._cond:
+            if self._overflow or session_id in self._ids:
+                return None
+            return max(self._last_seen.get(session_id, self.watching_since), self._lost_at)
+
     def add(self, session_id: str, *, completed: bool = False) -> None:
         with self._cond:
-            self._ids[session_id] = now = time.time_ns()
+            self._ids[session_id] = self._last_seen[session_id] = now = time.time_ns()
             if completed:
                 self._completed[session_id] = now
             if self.oldest_pending_at is None:
@@ -138,6 +152,7 @@ class _DirtySet:
     def overflow(self) -> None:
         with self._cond:
             self._overflow = True
+            self._lost_at = time.time_ns()
             if self.oldest_pending_at is None:
                 self.oldest_pending_at = time.monotonic()
             self._cond.notify_all()
@@ -356,6 +371,16 @@ class InotifyWatcher:
         apply_dirty(self.indexer, self.dirty)
         return True
 
+    def seen_for(self, session_id: str) -> dict[str, int] | None:
+        """For a call about one file, without a cookie: `Indexer.refresh`'s `seen` for it, when this
+        watcher proves that no change of it is left to handle (nothing queued or being handled, and
+        none of it waiting to be applied); else None, and a racy row is read again (docs/design.md,
+        "One file's answer and the watcher")."""
+        if not self._healthy or self.dirty.watching_since is None or not self.drained():
+            return None
+        seen = self.dirty.seen_for(session_id)
+        return None if seen is None else {session_id: seen}
+
     def drained(self) -> bool:
         """Whether nothing can be pending now: no event queued, none being handled (`sync` then
         needs no cookie)."""
@@ -481,6 +506,10 @@ class PollingWatcher:
             self._observer.join(timeout=5)
         if self._applier.is_alive():
             self._applier.join(timeout=5)
+
+    def seen_for(self, session_id: str) -> dict[str, int] | None:
+        """Polling sees no single change as it happens: a one-file call checks the file itself."""
+        return None
 
     def sync(self) -> bool:
         return False

@@ -69,7 +69,8 @@ class IndexAnswers:
         conversation_id = request.conversation_id
         with self.handle.deadline(LOCK_WAIT_SECONDS):
             self.indexer.ready()
-            not_now = self.indexer.refresh([conversation_id]).deferred.get(conversation_id)
+            seen = self._seen_for(conversation_id)
+            not_now = self.indexer.refresh([conversation_id], seen=seen).deferred.get(conversation_id)
             with self.handle.connection() as conn:
                 state = queries.session_state(conn, conversation_id)
                 if state is None and not_now is None:
@@ -117,6 +118,13 @@ class IndexAnswers:
         if not synced:
             self.indexer.reconcile()
         return synced
+
+    def _seen_for(self, session_id: str) -> dict[str, int] | None:
+        """The watcher's word on one file, when it can give it without a cookie (`Watcher.seen_for`)."""
+        watcher = self._watcher()
+        if watcher is None or watcher.watched != dir_identity(self.indexer.sessions_dir):
+            return None
+        return watcher.seen_for(session_id)
 
     def _synced(self) -> bool:
         """Whether a watcher proves every change before now is in the index. It proves nothing about

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -281,3 +282,88 @@ def test_the_sessions_directory_is_never_written(corpus: Corpus, db_path: Path) 
         client.call("ccweb_list_conversations", {"scope": "children"})
         client.call("ccweb_list_user_inputs", {"conversationId": "seed"})
     assert snapshot(corpus.path) == before
+
+
+def _reads_of_calls(svc: Service) -> list[int]:
+    """How many files each later refresh read (the inputs call's one-file look)."""
+    reads: list[int] = []
+    refresh = svc.indexer.refresh
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        stats = refresh(*args, **kwargs)
+        reads.append(stats.read)
+        return stats
+
+    svc.indexer.refresh = counted  # type: ignore[method-assign]
+    return reads
+
+
+def test_a_quiet_watcher_vouches_for_a_racy_row(corpus: Corpus, db_path: Path) -> None:
+    """A file written just now is racy, and a call about it alone would read it again every time
+    (a hot session is racy at nearly every call). A watcher with nothing queued, nothing being
+    handled and no change of the file left to apply proves what the read would (docs/design.md,
+    "One file's answer and the watcher"); a change still brings the new content."""
+    from ccweb_index.indexer.watch import InotifyWatcher
+
+    corpus.write("w1", session("aaaa", updated="2026-11-29T08:00:00Z"))
+    svc = Service(corpus.path, db_path, watch=True)
+    svc.start()
+    try:
+        assert isinstance(svc.watcher, InotifyWatcher)
+        conn = sqlite3.connect(db_path)
+        assert conn.execute("SELECT racy > 0 FROM sessions WHERE id = 'w1'").fetchone() == (1,)
+        reads = _reads_of_calls(svc)
+        assert wait_until(svc.watcher.drained)
+        for _ in range(3):
+            assert inputs(svc, "w1") == ["aaaa"]
+        assert reads == [0, 0, 0], "a racy row the watcher vouches for is read again"
+        corpus.write("w1", session("bbbb", updated="2026-11-29T08:00:00Z"))
+        assert inputs(svc, "w1") == ["bbbb"]
+        # Read before the watch began: the watcher cannot vouch for it.
+        with conn:
+            conn.execute("UPDATE sessions SET racy = 1 WHERE id = 'w1'")
+        conn.close()
+        reads.clear()
+        assert inputs(svc, "w1") == ["bbbb"] and reads == [1]
+    finally:
+        svc.close()
+
+
+def test_a_change_the_watcher_has_not_applied_is_read(corpus: Corpus, db_path: Path) -> None:
+    """The same racy row while the reader is still handling a change of it: the watcher vouches for
+    nothing, and the call reads the file, even when its signature looks unchanged (forged here, as
+    in test_racy_signature_is_reread)."""
+    from ccweb_index.indexer.watch import InotifyWatcher
+
+    corpus.write("w1", session("aaaa", updated="2026-11-29T08:00:00Z"))
+    svc = Service(corpus.path, db_path, watch=True)
+    svc.start()
+    release = threading.Event()
+    try:
+        watcher = svc.watcher
+        assert isinstance(watcher, InotifyWatcher)
+        assert inputs(svc, "w1") == ["aaaa"]
+        handling = threading.Event()
+        add = watcher.dirty.add
+
+        def slow_add(session_id: str, *, completed: bool = False) -> None:
+            if session_id == "w1" and not release.is_set():
+                handling.set()
+                release.wait(10)
+            add(session_id, completed=completed)
+
+        watcher.dirty.add = slow_add  # type: ignore[method-assign]
+        corpus.write("w1", session("bbbb", updated="2026-11-29T08:00:00Z"))
+        assert handling.wait(5), "the reader never handled the write"
+        st = corpus.file("w1").stat()
+        conn = sqlite3.connect(db_path)
+        with conn:  # the index now believes its version is the file's, read just now
+            conn.execute(
+                "UPDATE sessions SET ino = ?, size = ?, mtime_ns = ?, ctime_ns = ?, racy = ? WHERE id = 'w1'",
+                (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, time.time_ns()),
+            )
+        conn.close()
+        assert inputs(svc, "w1") == ["bbbb"]
+    finally:
+        release.set()
+        svc.close()
