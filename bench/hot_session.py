@@ -33,11 +33,15 @@ from typing import Any
 
 from bench.common import ccweb_index_command, clean_env, latency_summary, progress
 from bench.stdio_calls import cpu_ns
+from ccweb_index.server.tools import INPUTS_LIMIT
 
 HOT = "hot"
 SOURCE = "src"
 SMALL = 200
 APPENDED = 10  # messages per write, one of them a user input
+# Each small conversation holds more user inputs, of the hot one's shape, than a default page shows, so
+# its `list_user_inputs` answer is the hot one's size and the two differ only by the hot file's work.
+SMALL_INPUTS = INPUTS_LIMIT[2] + 5
 KINDS = ("children", "all", "inputs_small", "inputs_hot")
 # The HTTP server always wants a token (docs/security.md); this one is given, so none is made in the user's config.
 TOKEN = "hot-session-bench-token-0123456789"
@@ -85,7 +89,7 @@ def make_corpus(sessions: Path, messages: int) -> HotFile:
         doc: dict[str, Any] = {
             "title": f"small {n}",
             "updatedAt": _iso(1_780_000_000 + n * 60),
-            "messages": [{"id": f"m{k}", "role": "user", "content": f"input {k} of {n}"} for k in range(5)],
+            "messages": [{"id": f"u{k:07d}", "role": "user", "content": f"question {k}"} for k in range(SMALL_INPUTS)],
         }
         if n % 4 == 0:
             doc["createdFrom"] = {"kind": "mcp", "sourceSessionId": SOURCE}
