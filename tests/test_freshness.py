@@ -177,6 +177,22 @@ def test_a_freshly_written_file_is_recorded_racy(corpus: Corpus, db_path: Path) 
     assert conn.execute("SELECT racy > 0 FROM sessions WHERE id = 'w1'").fetchone() == (1,)  # racy: when it was read
 
 
+def hold_the_reader(watcher: Any, session_id: str) -> tuple[threading.Event, threading.Event]:
+    """Make the watcher's reader thread stop inside its handling of the next change of `session_id`,
+    before the dirty set has it, until `release` is set; `handling` says it has stopped there."""
+    handling, release = threading.Event(), threading.Event()
+    add = watcher.dirty.add
+
+    def slow_add(changed: str, *, completed: bool = False) -> None:
+        if changed == session_id and not release.is_set():
+            handling.set()
+            release.wait(10)
+        add(changed, completed=completed)
+
+    watcher.dirty.add = slow_add
+    return handling, release
+
+
 def test_a_change_the_reader_is_still_handling_is_waited_for(corpus: Corpus, db_path: Path) -> None:
     """A call skips the watcher's cookie only when nothing can be pending (docs/design.md, "When no
     cookie is needed"). Here the reader thread has read a change's events and is stuck handling
@@ -189,16 +205,7 @@ def test_a_change_the_reader_is_still_handling_is_waited_for(corpus: Corpus, db_
     try:
         watcher = svc.watcher
         assert isinstance(watcher, InotifyWatcher)
-        handling, release = threading.Event(), threading.Event()
-        add = watcher.dirty.add
-
-        def slow_add(session_id: str, *, completed: bool = False) -> None:
-            if session_id == "w1" and not release.is_set():
-                handling.set()
-                release.wait(10)
-            add(session_id, completed=completed)
-
-        watcher.dirty.add = slow_add  # type: ignore[method-assign]
+        handling, release = hold_the_reader(watcher, "w1")
         assert ids(svc, scope="children") == []
         corpus.write("w1", child("one", updated="2026-11-29T08:00:00Z"))
         assert handling.wait(5), "the reader never handled the write"
@@ -338,21 +345,11 @@ def test_a_change_the_watcher_has_not_applied_is_read(corpus: Corpus, db_path: P
     corpus.write("w1", session("aaaa", updated="2026-11-29T08:00:00Z"))
     svc = Service(corpus.path, db_path, watch=True)
     svc.start()
-    release = threading.Event()
+    watcher = svc.watcher
+    assert isinstance(watcher, InotifyWatcher)
+    assert inputs(svc, "w1") == ["aaaa"]
+    handling, release = hold_the_reader(watcher, "w1")  # the reader holds the first event of the write
     try:
-        watcher = svc.watcher
-        assert isinstance(watcher, InotifyWatcher)
-        assert inputs(svc, "w1") == ["aaaa"]
-        handling = threading.Event()
-        add = watcher.dirty.add
-
-        def slow_add(session_id: str, *, completed: bool = False) -> None:
-            if session_id == "w1" and not release.is_set():
-                handling.set()
-                release.wait(10)
-            add(session_id, completed=completed)
-
-        watcher.dirty.add = slow_add  # type: ignore[method-assign]
         corpus.write("w1", session("bbbb", updated="2026-11-29T08:00:00Z"))
         assert handling.wait(5), "the reader never handled the write"
         st = corpus.file("w1").stat()
