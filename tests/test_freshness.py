@@ -345,11 +345,12 @@ def test_a_change_the_watcher_has_not_applied_is_read(corpus: Corpus, db_path: P
     corpus.write("w1", session("aaaa", updated="2026-11-29T08:00:00Z"))
     svc = Service(corpus.path, db_path, watch=True)
     svc.start()
-    watcher = svc.watcher
-    assert isinstance(watcher, InotifyWatcher)
-    assert inputs(svc, "w1") == ["aaaa"]
-    handling, release = hold_the_reader(watcher, "w1")  # the reader holds the first event of the write
+    release = threading.Event()
     try:
+        watcher = svc.watcher
+        assert isinstance(watcher, InotifyWatcher)
+        assert inputs(svc, "w1") == ["aaaa"]
+        handling, release = hold_the_reader(watcher, "w1")  # the reader holds the first event of the write
         corpus.write("w1", session("bbbb", updated="2026-11-29T08:00:00Z"))
         assert handling.wait(5), "the reader never handled the write"
         st = corpus.file("w1").stat()
