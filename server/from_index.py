@@ -122,17 +122,15 @@ class IndexAnswers:
     def _seen_for(self, session_id: str) -> dict[str, int] | None:
         """The watcher's word on one file, when it can give it without a cookie (`Watcher.seen_for`)."""
         watcher = self._watcher()
-        if watcher is None or watcher.watched != dir_identity(self.indexer.sessions_dir):
-            return None
-        return watcher.seen_for(session_id)
+        seen = None if watcher is None else watcher.seen_for(session_id)
+        return seen if seen is not None and self._watches_here(watcher) else None
 
     def _synced(self) -> bool:
-        """Whether a watcher proves every change before now is in the index. It proves nothing about
-        a directory it does not watch (the sessions path now leads elsewhere)."""
+        """Whether a watcher proves every change before now is in the index."""
         watcher = self._watcher()
-        return (
-            watcher is not None
-            and watcher.sync()
-            and watcher.watched is not None
-            and watcher.watched == dir_identity(self.indexer.sessions_dir)
-        )
+        return watcher is not None and watcher.sync() and self._watches_here(watcher)
+
+    def _watches_here(self, watcher: Watcher | None) -> bool:
+        """A watcher proves nothing about a directory it does not watch (the sessions path now leads
+        elsewhere). Asked after its proof, so that the path's identity is that of the answer's moment."""
+        return watcher is not None and watcher.watched is not None and watcher.watched == dir_identity(self.indexer.sessions_dir)
