@@ -95,8 +95,16 @@ class IndexHandle:
         return time.monotonic() >= self._retry_at
 
     def total_changes(self) -> int:
-        """Rows written through this connection so far: a call compares it to see whether it wrote."""
-        return 0 if self._index is None else self._index.conn.total_changes
+        """Rows written through this connection so far: a call compares it to see whether it wrote.
+        Read without the lock, so another thread may have closed the connection (replacing a damaged
+        index) meanwhile: it then counts as none, like no index."""
+        index = self._index
+        if index is None:
+            return 0
+        try:
+            return index.conn.total_changes
+        except sqlite3.ProgrammingError:  # closed by a replace under the handle's lock
+            return 0
 
     # --- using it ---------------------------------------------------------------------------------
 

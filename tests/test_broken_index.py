@@ -576,3 +576,24 @@ def test_an_index_locked_at_start_is_waited_for_not_discarded(tmp_path: Path, mo
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT COUNT(*) FROM sessions WHERE id = 'new1'").fetchone() == (1,)
     conn.close()
+
+
+def test_a_connection_closed_by_a_replace_mid_call_is_no_internal_error(tmp_path: Path) -> None:
+    """A call reads the handle's change count outside its lock; a thread that replaces a damaged index
+    (the watcher's, a concurrent call's) may close that connection first. Under load this surfaced as
+    `internal_error` (`sqlite3.ProgrammingError: Cannot operate on a closed database`); the call must
+    answer, from a reopened index or from the files."""
+    corpus = Corpus(tmp_path / "sessions")
+    corpus.write("orch", session("hello", "again"))
+    svc = Service(corpus.path, tmp_path / "index.sqlite")
+    svc.start()
+    try:
+        before = svc.call("ccweb_list_user_inputs", {"conversationId": "orch"}, None)
+        assert not before.is_error and before.payload["returnedCount"] == 2, before.payload
+        index = svc.handle._index
+        assert index is not None
+        index.conn.close()  # as a replace does, between the call's start and its count
+        result = svc.call("ccweb_list_user_inputs", {"conversationId": "orch"}, None)
+        assert result == before
+    finally:
+        svc.close()
