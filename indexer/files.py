@@ -25,11 +25,10 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
 
-from ccweb_index.indexer.sessionfile import session_id_from_name
+from ccweb_index.indexer.sessionfile import SESSION_ID_RE, SUFFIX, session_id_from_name
 from ccweb_index.indexer.tuning import RACY_WINDOW_ENV, milliseconds_from_env
 
 log = logging.getLogger("ccweb_index")
@@ -155,49 +154,49 @@ def list_sessions(sessions_dir: str) -> dict[str, int]:
     devices) are left out, and logged once; the few whose type readdir does not know are settled by
     an lstat. A sessions path that is not a directory raises FileNotFoundError: it holds no sessions.
     """
-    return _scan(sessions_dir, os.DirEntry.inode)
+    return {session_id: entry.inode() for session_id, entry in _session_entries(sessions_dir)}
 
 
-SigTuple = tuple[int, int, int, int]  # a Signature's fields, for comparing many cheaply
+SweptFile = tuple[str, int, int, int, int]  # (session id, *a Signature's fields), for comparing many cheaply
 
 
-def sweep_sessions(sessions_dir: str) -> dict[str, SigTuple]:
-    """Every session file's signature, as (ino, size, mtime_ns, ctime_ns): one readdir and one lstat
-    per file, and nothing else per file (the check of the whole directory, done often)."""
+def sweep_sessions(sessions_dir: str) -> list[SweptFile]:
+    """Every session file's id and signature, as (id, ino, size, mtime_ns, ctime_ns): one readdir and
+    one lstat per file, and nothing else per file (the check of the whole directory, done often, is
+    compared with the index as a set of these tuples: store.out_of_line)."""
+    swept: list[SweptFile] = []
+    for session_id, entry in _session_entries(sessions_dir):
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:  # gone since readdir
+            continue
+        swept.append((session_id, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return swept
 
-    def signature(entry: os.DirEntry[str]) -> SigTuple:
-        st = entry.stat(follow_symlinks=False)
-        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
-    return _scan(sessions_dir, signature)
-
-
-_T = TypeVar("_T")
-
-
-def _scan(sessions_dir: str, value: Callable[[os.DirEntry[str]], _T]) -> dict[str, _T]:
-    found: dict[str, _T] = {}
+def _session_entries(sessions_dir: str) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """(id, entry) of each regular file named like a session; the others are noted in `_ignored`."""
     ignored: set[str] = set()
     try:
         entries = os.scandir(sessions_dir)
     except NotADirectoryError:
         raise FileNotFoundError(errno.ENOENT, "not a directory", sessions_dir) from None
+    suffix = len(SUFFIX)
     with entries:
         for entry in entries:
-            session_id = session_id_from_name(entry.name)
-            if session_id is None:
+            name = entry.name
+            # session_id_from_name, written out: it runs once per file of every sweep
+            if not name.endswith(SUFFIX) or SESSION_ID_RE.fullmatch(name, 0, len(name) - suffix) is None:
                 continue
             try:
-                regular = entry.is_file(follow_symlinks=False)
-                if not regular:
+                if entry.is_file(follow_symlinks=False):
+                    yield name[:-suffix], entry
+                else:
                     ignored.add(entry.path)
                     _ignored.note(entry.path, entry.inode(), entry.stat(follow_symlinks=False).st_mode)
-                    continue
-                found[session_id] = value(entry)
             except FileNotFoundError:  # gone since readdir
                 continue
     _ignored.forget_all_but(sessions_dir, ignored)
-    return found
 
 
 def ignored_entries(sessions_dir: str) -> list[tuple[str, str]]:

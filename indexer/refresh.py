@@ -95,10 +95,9 @@ class Indexer:
         try:
             swept = sweep_sessions(self.sessions_dir)
         except FileNotFoundError:
-            swept = {}  # the directory is gone: it holds no sessions until it is back
+            swept = []  # the directory is gone: it holds no sessions until it is back
         with self.handle.connection() as conn:
-            settled, known = store.settled_signatures(conn)
-            due = {i for i, sig in swept.items() if settled.get(i) != sig} | {i for i in known if i not in swept}
+            due = store.out_of_line(conn, swept)
             stored = store.stored_signatures(conn, sorted(due))
         stats = self._bring_in_line(due, stored, progress=progress)
         progress.done()

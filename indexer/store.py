@@ -6,7 +6,7 @@ import sqlite3
 from dataclasses import astuple, dataclass
 
 from ccweb_index.indexer import tree
-from ccweb_index.indexer.files import Signature
+from ccweb_index.indexer.files import Signature, SweptFile
 from ccweb_index.indexer.load import Loaded
 from ccweb_index.indexer.row import COLUMNS, PLACEHOLDERS, SessionRow
 from ccweb_index.indexer.sessionfile import Checkpoint
@@ -43,11 +43,20 @@ def stored_signatures(conn: sqlite3.Connection, ids: list[str] | None = None) ->
     return {row[0]: Stored(Signature(*row[1:5]), row[5], bool(row[6]), bool(row[7])) for row in rows}
 
 
-def settled_signatures(conn: sqlite3.Connection) -> tuple[dict[str, tuple[int, int, int, int]], list[str]]:
-    """The signatures of the settled (not racy) rows, as plain tuples to compare with a sweep of the
-    directory (files.sweep_sessions), and the ids of all rows."""
-    rows = conn.execute("SELECT id, ino, size, mtime_ns, ctime_ns, racy FROM sessions").fetchall()
-    return {row[0]: row[1:5] for row in rows if not row[5]}, [row[0] for row in rows]
+def out_of_line(conn: sqlite3.Connection, swept: list[SweptFile]) -> set[str]:
+    """The ids a sweep of the directory (files.sweep_sessions) finds out of line with the index: a
+    file whose signature is not a settled (not racy) row's, and a row whose file is gone.
+
+    Compared as sets of plain tuples, so the whole comparison runs in C; the ids of all rows are
+    fetched only when the files in line do not account for every row."""
+    settled = set(conn.execute("SELECT id, ino, size, mtime_ns, ctime_ns FROM sessions WHERE racy = 0"))
+    moved = set(swept).difference(settled)
+    due = {file[0] for file in moved}
+    in_line = len(swept) - len(moved)  # distinct rows: a directory holds each name once
+    if in_line < conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]:
+        present = {file[0] for file in swept}
+        due.update(row[0] for row in conn.execute("SELECT id FROM sessions") if row[0] not in present)
+    return due
 
 
 def stored_checkpoints(conn: sqlite3.Connection, ids: list[str]) -> dict[str, Checkpoint]:

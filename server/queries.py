@@ -179,10 +179,12 @@ def newest_inputs(conn: sqlite3.Connection, session_id: str, limit: int, start: 
 
 
 def counts(conn: sqlite3.Connection) -> dict[str, object]:
-    sessions, unreadable = conn.execute(
-        "SELECT COALESCE(SUM(good), 0), COALESCE(SUM(error IS NOT NULL), 0) FROM sessions"
+    # A row's user_input_count is the number of its rows in user_inputs (store.record_loaded writes
+    # both from one parse), so the sum stands for a count of that much larger table.
+    sessions, unreadable, inputs = conn.execute(
+        "SELECT COALESCE(SUM(good), 0), COALESCE(SUM(error IS NOT NULL), 0), COALESCE(SUM(user_input_count), 0)"
+        " FROM sessions"
     ).fetchone()
-    inputs = conn.execute("SELECT COUNT(*) FROM user_inputs").fetchone()[0]
     last = conn.execute("SELECT value FROM meta WHERE key = 'last_reconcile_ns'").fetchone()
     return {
         "sessions": sessions,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,28 @@ def test_a_new_index_has_large_pages_and_an_old_one_keeps_its_own(corpus: Corpus
     build(corpus, old)
     assert page_size(old) == 4096
     assert index_rows(old) == index_rows(tmp_path / "new.sqlite")
+
+
+def test_a_sweep_finds_exactly_the_files_out_of_line(corpus: Corpus, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole-directory check (files.sweep_sessions against store.out_of_line): a file rewritten,
+    a file added, a file deleted and a racy row are due; every other file is not. A sweep that missed
+    one would leave that answer stale; one that flagged the rest would read every file again."""
+    from ccweb_index.indexer import files, store
+
+    monkeypatch.setattr(files, "RACY_WINDOW_NS", 50_000_000)
+    old = 1_700_000_000_000_000_000
+    for name in ("same", "rewritten", "deleted", "racy"):
+        corpus.write(name, session(name, updated="2026-11-01T00:00:00Z"), mtime_ns=old)
+    time.sleep(2 * files.RACY_WINDOW_NS / 1e9)  # past the racy window of their ctimes: the rows are settled
+    build(corpus, db_path)
+    conn = sqlite3.connect(db_path)
+    try:
+        assert store.out_of_line(conn, files.sweep_sessions(str(corpus.path))) == set()
+        corpus.write("rewritten", session("rewritten, longer now", updated="2026-11-02T00:00:00Z"), mtime_ns=old)
+        corpus.write("added", session("added", updated="2026-11-02T00:00:00Z"), mtime_ns=old)
+        corpus.delete("deleted")
+        conn.execute("UPDATE sessions SET racy = 1 WHERE id = 'racy'")
+        conn.commit()
+        assert store.out_of_line(conn, files.sweep_sessions(str(corpus.path))) == {"rewritten", "added", "deleted", "racy"}
+    finally:
+        conn.close()
