@@ -8,6 +8,7 @@ import os
 import shutil
 import stat
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -280,6 +281,22 @@ def memory_client_for(
             yield StdioClient(portal, client)
     finally:
         service.close()
+
+
+def hold_the_reader(watcher: Any, session_id: str) -> tuple[threading.Event, threading.Event]:
+    """Make the watcher's reader thread stop inside its handling of the next change of `session_id`,
+    before the dirty set has it, until `release` is set; `handling` says it has stopped there."""
+    handling, release = threading.Event(), threading.Event()
+    add = watcher.dirty.add
+
+    def slow_add(changed: str, *, completed: bool = False) -> None:
+        if changed == session_id and not release.is_set():
+            handling.set()
+            release.wait(10)
+        add(changed, completed=completed)
+
+    watcher.dirty.add = slow_add
+    return handling, release
 
 
 def wait_until(predicate: Any, timeout: float = 5.0) -> bool:

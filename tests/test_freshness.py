@@ -19,7 +19,7 @@ import pytest
 
 from ccweb_index.server.service import Service
 
-from conftest import Corpus, session, snapshot, stdio_client_for, wait_until
+from conftest import Corpus, hold_the_reader, session, snapshot, stdio_client_for, wait_until
 
 SOURCE = "orch"
 
@@ -175,22 +175,6 @@ def test_a_freshly_written_file_is_recorded_racy(corpus: Corpus, db_path: Path) 
     svc.close()
     conn = sqlite3.connect(db_path)
     assert conn.execute("SELECT racy > 0 FROM sessions WHERE id = 'w1'").fetchone() == (1,)  # racy: when it was read
-
-
-def hold_the_reader(watcher: Any, session_id: str) -> tuple[threading.Event, threading.Event]:
-    """Make the watcher's reader thread stop inside its handling of the next change of `session_id`,
-    before the dirty set has it, until `release` is set; `handling` says it has stopped there."""
-    handling, release = threading.Event(), threading.Event()
-    add = watcher.dirty.add
-
-    def slow_add(changed: str, *, completed: bool = False) -> None:
-        if changed == session_id and not release.is_set():
-            handling.set()
-            release.wait(10)
-        add(changed, completed=completed)
-
-    watcher.dirty.add = slow_add
-    return handling, release
 
 
 def test_a_change_the_reader_is_still_handling_is_waited_for(corpus: Corpus, db_path: Path) -> None:

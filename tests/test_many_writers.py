@@ -15,7 +15,7 @@ import pytest
 
 from ccweb_index.server.service import Service
 
-from conftest import Corpus, cli, session
+from conftest import Corpus, cli, hold_the_reader, session
 
 CONVERSATIONS = "ccweb_list_conversations"
 
@@ -86,8 +86,12 @@ def test_a_late_forget_does_not_remove_a_recreated_session(corpus: Corpus, db_pa
     h.start()
     try:
         other = PausedWriter(corpus, db_path)
+        # H's watcher holds the deletion until S has looked: S must find the row it then forgets late
+        handling, release = hold_the_reader(h.watcher, "x")
         corpus.delete("x")
+        assert handling.wait(10)
         other.look_at("x")  # has seen it gone, not committed yet
+        release.set()
         corpus.write("x", session("again", updated="2026-11-09T00:00:00Z"))
         assert [r[0] for r in rows(h)] == ["x", "y"]
         other.commit()
