@@ -29,17 +29,21 @@ _NOOP_TOOL = types.Tool(name=NOOP, description="Does nothing.", input_schema={"t
 _EMPTY = types.CallToolResult(content=[])
 
 
-def _canned(path: str | None) -> tuple[list[types.Tool], dict[str, types.CallToolResult]]:
+def _canned(path: str | None) -> tuple[list[types.Tool], dict[str, dict[str, Any]]]:
     if not path:
         return [], {}
     with open(path, encoding="utf-8") as f:
         spec = json.load(f)
     tools = [types.Tool.model_validate(tool) for tool in spec["tools"]]
+    # In the wire form the product's tools return (server.app.to_call_result), which the SDK
+    # validates and dumps as it does every result: the floor pays what the product pays there.
     results = {
-        name: types.CallToolResult(
-            content=[types.TextContent(text=json.dumps(payload, ensure_ascii=False, separators=(",", ":")))],
-            structured_content=payload,
-        )
+        name: {
+            "content": [{"type": "text", "text": json.dumps(payload, ensure_ascii=False, separators=(",", ":"))}],
+            "structuredContent": payload,
+            "isError": False,
+            "resultType": "complete",
+        }
         for name, payload in spec["results"].items()
     }
     return tools, results
@@ -54,10 +58,12 @@ def build_server(canned_path: str | None = None) -> Server[Any]:
     ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
-    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult | dict[str, Any]:
         return canned.get(params.name, _EMPTY)
 
-    return Server("bench-empty", version="0", on_list_tools=list_tools, on_call_tool=call_tool)
+    server: Server[Any] = Server("bench-empty", version="0", on_list_tools=list_tools)
+    server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)  # as server.app does
+    return server
 
 
 async def serve(canned_path: str | None) -> None:

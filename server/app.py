@@ -39,15 +39,20 @@ def _version() -> str:
         return "0"
 
 
-def to_call_result(result: ToolResult) -> types.CallToolResult:
+def to_call_result(result: ToolResult) -> dict[str, Any]:
     """A success carries its answer twice (text and `structuredContent`, which `outputSchema` describes);
     an error only as text, with `isError`. Clients that check `structuredContent` against the output
     schema even on errors (TypeScript SDK 1.x, the Inspector) would otherwise turn every tool error
-    into a schema violation and lose its code and message (docs/decisions.md)."""
-    text: list[types.ContentBlock] = [types.TextContent(text=result.text())]
+    into a schema violation and lose its code and message (docs/decisions.md).
+
+    In its wire form, a dict: the SDK validates every result against the protocol version's
+    `CallToolResult` before it sends it (`ServerRunner._serialize`), so building the model here as
+    well would walk the whole answer twice more, once to validate it and once to dump it again."""
+    # `resultType`: as the model dumps it; the 2026-07-28 surface requires it, older ones drop it.
+    text = [{"type": "text", "text": result.text()}]
     if result.is_error:
-        return types.CallToolResult(content=text, is_error=True)
-    return types.CallToolResult(content=text, structured_content=result.payload, is_error=False)
+        return {"content": text, "isError": True, "resultType": "complete"}
+    return {"content": text, "structuredContent": result.payload, "isError": False, "resultType": "complete"}
 
 
 def guarded_call(service: Service | LazyService, name: str, arguments: Any, source: str | None) -> ToolResult:
@@ -153,7 +158,7 @@ def build_server(
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=_TOOL_LIST)
 
-    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> dict[str, Any]:
         source = source_of(ctx)
         if params.name == WAIT_FOR_CONVERSATIONS:
             return to_call_result(await guarded_wait(service, waits, params.arguments, source, ctx))
@@ -164,7 +169,7 @@ def build_server(
             result = guarded_call(service, params.name, params.arguments, source)
         return to_call_result(result)
 
-    return Server(
+    server: Server[Any] = Server(
         "ccweb-index",
         version=_version(),
         instructions=(
@@ -174,8 +179,11 @@ def build_server(
             "(list once, then wait with since set to the last changeToken)."
         ),
         on_list_tools=list_tools,
-        on_call_tool=call_tool,
     )
+    # Registered as a request handler, whose type admits the wire-form dict (to_call_result);
+    # `on_call_tool` is typed for the model alone, though the runner serializes either.
+    server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
+    return server
 
 
 async def serve_stdio(service: Service | LazyService, source: str | None, max_waits: int) -> None:
