@@ -86,6 +86,9 @@ def test_bench_run_quick_reports_every_figure(tmp_path: Path) -> None:
         # Every target of issues 4 and 12 has a measured value, and its verdict follows from value and limit.
         assert len(measured["targets"]) >= 18
         assert len(measured["targets_12"]) == 12
+        # Item 4 is judged on the long profile only (its own words); item 5 on both.
+        judged = [row.get("judged", True) for row in measured["targets_12"]]
+        assert judged == [profile == "long"] * 6 + [True] * 6, judged
         for row in [*measured["targets"], *measured["targets_12"]]:
             assert isinstance(row["value"], float | int) and row["value"] >= 0, row
             met = row["value"] <= row["limit"] if row["kind"] == "max" else row["value"] >= row["limit"]
