@@ -15,7 +15,8 @@ import json
 import os
 import sys
 import time
-from contextlib import AsyncExitStack
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -51,18 +52,53 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
+# --- where the processes run ---------------------------------------------------------------------
+# Left to the scheduler, one server of two identical ones answered at a p50 0.3-0.4 ms lower than the
+# other, run after run (1.17x against 1.32x canned, the same command twice): whichever the scheduler
+# keeps beside the client skips a cross-core wake-up per message. So the client runs on one CPU and
+# every server (product, floor, canned, baseline) on another: each pays the same wake-ups.
+
+
+def placement() -> tuple[set[int], set[int]] | None:
+    """(the client's CPUs, every server's CPUs), or None on a machine of one CPU."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return ({cpus[0]}, {cpus[1]}) if len(cpus) >= 2 else None
+
+
+# Run a command on the given CPUs: the affinity is set before the exec, so every thread inherits it.
+_PIN_AND_EXEC = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); os.execvp(sys.argv[2], sys.argv[2:])"
+
+
+@contextmanager
+def _client_placed() -> Iterator[None]:
+    """This thread (the client's) on the client's CPUs until the block ends."""
+    where, was = placement(), os.sched_getaffinity(0)
+    if where is not None:
+        os.sched_setaffinity(0, where[0])
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, was)
+
+
+def _server(command: str, args: list[str], env: dict[str, str], cwd: str | None = None) -> StdioServerParameters:
+    where = placement()
+    if where is None:
+        return StdioServerParameters(command=command, args=args, env=env, cwd=cwd)
+    (server_cpu,) = where[1]
+    return StdioServerParameters(
+        command=sys.executable, args=["-c", _PIN_AND_EXEC, str(server_cpu), command, *args], env=env, cwd=cwd
+    )
+
+
 def product_server(sessions_dir: str, db: str, source: str | None, command: str | None = None) -> StdioServerParameters:
     """`command`: another `ccweb-index` (e.g. an older checkout's, for a before/after side by side)."""
     env = clean_env(**({"CCWEB_SOURCE_SESSION_ID": source} if source else {}))
-    return StdioServerParameters(
-        command=command or ccweb_index_command(), args=["serve", "--sessions-dir", sessions_dir, "--db", db], env=env
-    )
+    return _server(command or ccweb_index_command(), ["serve", "--sessions-dir", sessions_dir, "--db", db], env)
 
 
 def floor_server(*extra: str) -> StdioServerParameters:
-    return StdioServerParameters(
-        command=sys.executable, args=["-m", "bench.empty_server", *extra], env=clean_env(), cwd=str(REPO)
-    )
+    return _server(sys.executable, ["-m", "bench.empty_server", *extra], clean_env(), str(REPO))
 
 
 async def _connect(
@@ -127,6 +163,7 @@ async def measure(
         ]
 
     async with AsyncExitStack() as stack:
+        stack.enter_context(_client_placed())
         sessions: dict[str, ClientSession] = {}
         pids: dict[str, int] = {}
         start_s: dict[str, float] = {}
@@ -251,7 +288,9 @@ async def measure(
             if before is not None:
                 r["before"]["p50_over_canned"] = before["p50_ms"] / same["p50_ms"]
                 r["before"]["p99_over_canned"] = before["p99_ms"] / same["p99_ms"]
+    where = placement()
     return {
+        "placement": None if where is None else {"client_cpus": sorted(where[0]), "server_cpus": sorted(where[1])},
         "servers": {key: {"start_s": start_s[key], **memory.get(key, {})} for key in servers},
         "floor": floor,
         "cases": {case["name"]: results[case["name"]] for case in cases},
