@@ -370,8 +370,9 @@ def _body(out: dict[str, Any]) -> list[str]:
         "every message body but user messages' content (issue 12: independent of the product's decoder). "
         "*parse_session* is read + `indexer.sessionfile.parse_session`, the product's decoder, the same way. "
         "*skim* is a bare msgspec decode of the same files with message bodies skipped (no UTF-8 check), for "
-        "reference. Peak RSS is the larger of wait4's `ru_maxrss` (largest single process) "
-        "and the sampled sum over the build's process tree (every 20 ms), so parallel workers count.",
+        "reference. Peak RSS is the larger of the sampled sum over the build's process tree (every 20 ms) "
+        "and the sum of each process's own peak (VmHWM), an upper bound; wait4's `ru_maxrss` is not used, "
+        "since on Linux a child's starts from the RSS of the process that forked it.",
         "",
     ]
     rows = []
