@@ -311,6 +311,11 @@ def test_a_quiet_watcher_vouches_for_a_racy_row(corpus: Corpus, db_path: Path) -
         corpus.write("w1", session("bbbb", updated="2026-11-29T08:00:00Z"))
         assert inputs(svc, "w1") == ["bbbb"]
         # Read before the watch began: the watcher cannot vouch for it.
+        # The watcher's own apply of that write counts here too: let it end first (it holds
+        # `applying` from taking the batch to its commit).
+        assert wait_until(lambda: svc.watcher.seen_for("w1") is not None)
+        with svc.watcher.dirty.applying:
+            pass
         with conn:
             conn.execute("UPDATE sessions SET racy = 1 WHERE id = 'w1'")
         conn.close()
