@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ccweb_index.indexer.sessionfile import SESSION_ID_RE, SUFFIX, session_id_from_name
+from ccweb_index.indexer.sessionfile import session_id_from_name
 from ccweb_index.indexer.tuning import RACY_WINDOW_ENV, milliseconds_from_env
 
 log = logging.getLogger("ccweb_index")
@@ -181,16 +181,14 @@ def _session_entries(sessions_dir: str) -> Iterator[tuple[str, os.DirEntry[str]]
         entries = os.scandir(sessions_dir)
     except NotADirectoryError:
         raise FileNotFoundError(errno.ENOENT, "not a directory", sessions_dir) from None
-    suffix = len(SUFFIX)
     with entries:
         for entry in entries:
-            name = entry.name
-            # session_id_from_name, written out: it runs once per file of every sweep
-            if not name.endswith(SUFFIX) or SESSION_ID_RE.fullmatch(name, 0, len(name) - suffix) is None:
+            session_id = session_id_from_name(entry.name)
+            if session_id is None:
                 continue
             try:
                 if entry.is_file(follow_symlinks=False):
-                    yield name[:-suffix], entry
+                    yield session_id, entry
                 else:
                     ignored.add(entry.path)
                     _ignored.note(entry.path, entry.inode(), entry.stat(follow_symlinks=False).st_mode)
