@@ -65,6 +65,8 @@ SCALES = ("main", "small")
 RACY_WAIT_S = RACY_WINDOW_NS / 1e9 + 0.1
 # `--baseline`: builds per checkout, alternating, for a before/after measured side by side.
 BASELINE_ROUNDS = 2
+# The product's source folders (the package `ccweb_index` beside its root modules).
+PRODUCT_DIRS = ("indexer", "server", "migrations")
 
 
 @dataclass
@@ -285,8 +287,8 @@ def build_step(run: Run, scale: Scale) -> dict[str, Any]:
         "maxrss_single_process_mb": measured.maxrss_mb,
         "tree_peak_rss_mb": measured.tree_peak_rss_mb,
         "processes": measured.tree_max_processes,
-        "index_mb": _index_mb(scale.db),
-        "index_over_corpus": _index_mb(scale.db) * 1e6 / corpus_bytes,
+        "index_mb": (index_mb := _index_mb(scale.db)),
+        "index_over_corpus": index_mb * 1e6 / corpus_bytes,
         "wal_mb": _wal_mb(scale.db),
         **_reported(measured.stderr),
     }
@@ -564,7 +566,7 @@ def _git() -> dict[str, Any]:
 
     try:
         dirty = [line[3:] for line in git("status", "--porcelain").splitlines()]
-        product = [f for f in dirty if f.split("/")[0] in ("indexer", "server", "migrations", "pyproject.toml")]
+        product = [f for f in dirty if f.split("/")[0] in (*PRODUCT_DIRS, "pyproject.toml")]
         return {"commit": git("rev-parse", "HEAD"), "dirty_files": dirty, "dirty_product_files": product}
     except (OSError, subprocess.SubprocessError):
         return {}
@@ -575,7 +577,7 @@ def product_digest() -> str:
     import hashlib
 
     digest = hashlib.sha256()
-    for top in ("indexer", "server", "migrations"):
+    for top in PRODUCT_DIRS:
         for path in sorted((REPO / top).rglob("*.py")):
             digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
@@ -587,7 +589,7 @@ def compile_product() -> None:
     source at each start of `ccweb-index`, a cost no installed copy (`--baseline`'s included) pays."""
     import compileall
 
-    for top in ("indexer", "server", "migrations"):
+    for top in PRODUCT_DIRS:
         compileall.compile_dir(str(REPO / top), quiet=1)
     for name in ("__init__.py", "__main__.py"):
         compileall.compile_file(str(REPO / name), quiet=1)

@@ -59,9 +59,14 @@ def cpu_ns(pid: int) -> int:
 # every server (product, floor, canned, baseline) on another: each pays the same wake-ups.
 
 
+# The CPUs this process may use, read once: inside the step the client's own thread is pinned, and
+# asking it then would place a server started there (the canned one) beside the client.
+_USABLE_CPUS = sorted(os.sched_getaffinity(0))
+
+
 def placement() -> tuple[set[int], set[int]] | None:
     """(the client's CPUs, every server's CPUs), or None on a machine of one CPU."""
-    cpus = sorted(os.sched_getaffinity(0))
+    cpus = _USABLE_CPUS
     return ({cpus[0]}, {cpus[1]}) if len(cpus) >= 2 else None
 
 
@@ -260,11 +265,11 @@ async def measure(
                 times.append(clock() - t0)
             first[case["name"]]["client_validation_ms"] = sorted(times)[len(times) // 2] * 1000
 
-        memory = {}
+        memory: dict[str, dict[str, Any]] = {}  # and where each server ran, as the kernel has it
         for key, pid in pids.items():
             try:
-                memory[key] = proc_status_mb(pid)
-            except FileNotFoundError:
+                memory[key] = {**proc_status_mb(pid), "cpus": sorted(os.sched_getaffinity(pid))}
+            except (FileNotFoundError, ProcessLookupError):
                 pass
 
     results = {}

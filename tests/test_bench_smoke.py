@@ -72,6 +72,13 @@ def test_bench_run_quick_reports_every_figure(tmp_path: Path) -> None:
             for case in steps[step]["cases"].values():
                 assert case["calls"] == CALLS and case["is_error"] is False
                 latencies_in_order(case)
+        # Every stdio server (product, floor, canned) ran on the servers' CPU, the client elsewhere.
+        placement = steps["stdio_main"]["placement"]
+        if len(os.sched_getaffinity(0)) >= 2:
+            assert placement["client_cpus"] != placement["server_cpus"]
+            servers = steps["stdio_main"]["servers"]
+            assert {"floor", "canned"} <= set(servers) and len(servers) >= 3, servers
+            assert all(server["cpus"] == placement["server_cpus"] for server in servers.values()), servers
         # Both transports answered the same questions with the same answers.
         for name, case in steps["inprocess_main"]["cases"].items():
             assert steps["stdio_main"]["cases"][name].get("ids", case.get("ids")) == case.get("ids"), (profile, name)
