@@ -14,13 +14,17 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import zygote
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from click.testing import CliRunner
 from hypothesis import HealthCheck, settings
-from mcp import ClientSession, StdioServerParameters, stdio_client
+
+if TYPE_CHECKING:
+    # The SDK is imported where a test uses it: the xdist controller, which runs none, need not pay for it.
+    from mcp import ClientSession, StdioServerParameters
 
 
 def _installed_command() -> str | None:
@@ -30,6 +34,9 @@ def _installed_command() -> str | None:
 
 
 CCWEB_INDEX = _installed_command()
+if CCWEB_INDEX is not None:
+    # Forked from a preloaded interpreter rather than exec'd: tests/zygote.py says how and why.
+    zygote.install(CCWEB_INDEX)
 
 # "ci" keeps the suite fast; HYPOTHESIS_PROFILE=long is the thorough run: thousands of examples, and
 # the tests marked `slow` at full size (`HYPOTHESIS_PROFILE=long python -m pytest -m slow --timeout=0`).
@@ -231,6 +238,8 @@ def stdio_client_for(
     if source is not None:
         environment["CCWEB_SOURCE_SESSION_ID"] = source
     command = [*prefix, CCWEB_INDEX, "serve", "--sessions-dir", str(sessions_dir), "--db", str(db), *args]
+    from mcp import StdioServerParameters
+
     params = StdioServerParameters(command=command[0], args=command[1:], env=environment)
     with start_blocking_portal() as portal:
         # One task owns the whole client lifetime (anyio cancel scopes must exit where they entered).
@@ -240,6 +249,8 @@ def stdio_client_for(
 
 @asynccontextmanager
 async def _connected(params: StdioServerParameters, errlog: Any = None) -> AsyncIterator[ClientSession]:
+    from mcp import ClientSession, stdio_client
+
     async with stdio_client(params, errlog=errlog or sys.stderr) as (read, write), ClientSession(read, write) as client:
         await client.initialize()
         yield client
@@ -254,6 +265,7 @@ def memory_client_for(
     subject is the answers, not the transport or the process: no interpreter start-up (about a second
     of CPU for the SDK's imports) per test. The stdio and HTTP servers themselves are tested as
     processes, and tests/interop drives them with other clients, for every tool case."""
+    from mcp import ClientSession
     from mcp.client._memory import InMemoryTransport
 
     from ccweb_index.server.app import LazyService, build_server
@@ -297,6 +309,15 @@ def hold_the_reader(watcher: Any, session_id: str) -> tuple[threading.Event, thr
 
     watcher.dirty.add = slow_add
     return handling, release
+
+
+def server_pid(db: Path) -> int:
+    """The pid of the newest `ccweb-index serve` this worker started on index `db` (a stdio server
+    started through the SDK's client, which does not show its process)."""
+    for pid, argv in reversed(zygote.started):
+        if "serve" in argv and os.fsdecode(db) in argv:
+            return pid
+    raise AssertionError(f"no server on {db} was started")
 
 
 def wait_until(predicate: Any, timeout: float = 5.0) -> bool:

@@ -31,7 +31,7 @@ from ccweb_index.migrations import migrations
 from ccweb_index.server.service import Service
 
 import reference
-from conftest import CCWEB_INDEX, Corpus, StdioClient, cli, session, stdio_client_for, wait_until
+from conftest import CCWEB_INDEX, Corpus, StdioClient, cli, server_pid, session, stdio_client_for, wait_until
 from faults import PipeLog, assert_consistent, clean_env, index_content, rlimit_prefix
 from test_contract import same_answer
 
@@ -285,18 +285,6 @@ def test_a_call_kept_from_the_index_by_its_own_process_answers_from_the_files(
     assert "Traceback" not in caplog.text
 
 
-def _server_pid(db: Path) -> int:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if str(db).encode() in cmdline and b"serve" in cmdline:
-                return int(entry.name)
-    raise AssertionError("server process not found")
-
-
 @pytest.mark.parametrize("limit", [0, 256 * 1024], ids=["no-room-at-all", "room-for-part"])
 def test_disk_full_under_the_index(tmp_path: Path, limit: int) -> None:
     """RLIMIT_FSIZE makes writes past `limit` bytes fail, as a full disk does: with no room, the index
@@ -317,7 +305,7 @@ def test_disk_full_under_the_index(tmp_path: Path, limit: int) -> None:
         says = [line for line in text.splitlines() if "answering from the session files" in line]
         assert len(says) == 1, text[-3000:]
         # Room again: the index is used (and filled) again.
-        resource.prlimit(_server_pid(db), resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        resource.prlimit(server_pid(db), resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
 
         def filled() -> bool:
             check(client, corpus)

@@ -40,6 +40,7 @@ from conftest import (
     StdioClient,
     answer_of,
     memory_client_for,
+    server_pid,
     session,
     stdio_client_for,
     wait_until,
@@ -349,25 +350,12 @@ def test_the_cap_refuses_waits_beyond_it(corpus: Corpus, db_path: Path) -> None:
         assert not is_error
 
 
-def _serve_pid(db: Path) -> int:
-    """The stdio server of this test (found by its --db argument, unique to the test)."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"serve" in argv and os.fsencode(str(db)) in argv:
-                return int(entry)
-    raise AssertionError("the server process was not found")
-
-
 def test_sigterm_answers_waits_in_flight_over_stdio(corpus: Corpus, db_path: Path) -> None:
     write_family(corpus)
     with served_over_stdio(corpus, db_path) as client:
         waits = [start_wait(client, {"scope": "children", "timeoutSeconds": LONG}) for _ in range(3)]
         time.sleep(1.0)
-        pid = _serve_pid(db_path)
+        pid = server_pid(db_path)
         started = time.monotonic()
         os.kill(pid, signal.SIGTERM)
         answers = [payload_of(w.result(timeout=20)) for w in waits]

@@ -1,0 +1,355 @@
+"""`ccweb-index` processes for the tests, forked from a preloaded interpreter instead of exec'd.
+
+A server start costs about a second of CPU before it does anything: the MCP SDK's imports (pydantic
+building its models), uvicorn, starlette. The suite starts well over a hundred, and on 2 cores that
+was most of its run time (docs/decisions.md, "A fast suite"). Each test worker keeps one *zygote*: an
+interpreter of the same venv that has imported those third-party modules, holds no threads, no
+files and none of this project's modules, and forks on request. The fork then becomes what exec
+would have made: the request's descriptors on their numbers and nothing else open, its environment,
+working directory, umask, resource limits, signal dispositions and mask, session or process group,
+`sys.argv` and standard streams, and imports `ccweb_index` itself fresh, so that settings read from
+the environment at import (indexer/tuning.py) are the request's. It runs exactly the console
+script's code (`ccweb_index.server.cli:main`).
+
+The process is the test's own child, so that `Popen.wait`, the SDK's kill of its process group and
+the asyncio child watcher work unchanged: the zygote forks twice, and the middle process exits
+while the test worker is briefly a child subreaper (`PR_SET_CHILD_SUBREAPER`), which makes the
+worker the server's parent. The flag is cleared at once, so that other orphans go to init as before.
+
+Only launches of the installed `ccweb-index` command through `subprocess.Popen` (and so through the
+SDK's stdio client) are forked, and only those that exec would start the same way: no preexec_fn,
+no user or group change, closed descriptors, and the same interpreter-level environment (`PYTHON*`,
+`LANG`, `LC_*`) as the zygote's. Everything else, a command under a prefix (`prlimit`, a Python
+`-c` wrapper) among them, is exec'd as before, as are the interop clients' own launches and the
+wheel check of `.ci/run`. `CCWEB_TESTS_START=exec` turns forking off for a whole run.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import socket
+import struct
+import sys
+import threading
+from typing import Any
+
+START_ENV = "CCWEB_TESTS_START"
+
+# What a server imports besides its own code: the modules whose import is the cost of a start. A
+# missing or renamed one is only imported in the child, as it would be after exec.
+PRELOAD = (
+    "mcp",
+    "mcp.server.lowlevel",
+    "mcp.server.stdio",
+    "mcp.server.sse",
+    "mcp.server.streamable_http",
+    "mcp.server.streamable_http_manager",
+    "starlette.applications",
+    "starlette.middleware.cors",
+    "starlette.responses",
+    "starlette.routing",
+    "sse_starlette",
+    "uvicorn",
+    "uvicorn.config",
+    "uvicorn.main",
+    "uvicorn.server",
+    "uvicorn.lifespan.on",
+    "uvicorn.protocols.http.h11_impl",
+    "uvicorn.protocols.websockets.auto",
+    "sqlite_utils",
+    "sqlite_utils.migrations",
+    "watchdog.events",
+    "watchdog.observers",
+    "watchdog.observers.inotify",
+    "msgspec.json",
+    "platformdirs",
+    "click",
+    "sqlite3",
+)
+
+# Variables an interpreter reads as it starts; a request that differs in them is exec'd.
+_AT_START = ("PYTHON", "LANG", "LC_")
+_RLIMITS = ("RLIMIT_NOFILE", "RLIMIT_FSIZE", "RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_NPROC", "RLIMIT_DATA")
+_MAX_FDS = 64
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _at_start(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(_AT_START)}
+
+
+# --- the test worker's side ----------------------------------------------------------------------
+
+
+class Zygote:
+    """One per test worker, started at its first request; serves one request at a time."""
+
+    def __init__(self, command: str) -> None:
+        import subprocess
+
+        self.command = command
+        self._lock = threading.Lock()
+        self._env = dict(os.environ)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock = ours
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, command, str(theirs.fileno())],
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=self._env,
+        )  # fmt: skip
+        theirs.close()
+        if self._sock.recv(16) != b"ready":
+            raise OSError("the zygote did not start")
+
+    def can_start(self, env: dict[str, str]) -> bool:
+        return _at_start(env) == _at_start(self._env)
+
+    def start(self, request: dict[str, Any], fds: list[int]) -> int:
+        """The pid of a new process, the worker's child, running `request` with `fds` as its descriptors."""
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        message = pickle.dumps(request)
+        with self._lock:
+            libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+            try:
+                self._sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
+                reply = self._sock.recv(4096)
+            finally:
+                libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        if not reply.startswith(b"pid "):
+            raise OSError(f"the zygote could not start {request['argv'][:2]}: {reply.decode(errors='replace')}")
+        return int(reply[4:])
+
+
+def _umask() -> int:
+    # Read, not set and reset: another thread of the worker may be creating a file right now.
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    raise OSError("no Umask in /proc/self/status")
+
+
+def request_for(argv: list[Any], env: dict[str, str], cwd: Any, umask: int, session: bool, group: int) -> dict[str, Any]:
+    import resource
+
+    return {
+        "argv": [os.fsdecode(a) for a in argv],
+        "env": env,
+        "cwd": os.fsdecode(cwd) if cwd is not None else os.getcwd(),
+        "umask": umask if umask >= 0 else _umask(),
+        "session": session,
+        "group": group,
+        "rlimits": {name: resource.getrlimit(getattr(resource, name)) for name in _RLIMITS},
+        "sigmask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+    }
+
+
+_zygote: Zygote | None = None
+_broken: str | None = None
+# Every ccweb-index process this worker started, forked or exec'd: (pid, argv), newest last.
+started: list[tuple[int, list[str]]] = []
+
+
+def _give_up(why: str) -> None:
+    global _zygote, _broken
+    _zygote, _broken = None, why
+    print(f"tests/zygote.py: exec'ing ccweb-index from now on: {why}", file=sys.stderr)
+
+
+def _zygote_for(command: str) -> Zygote | None:
+    global _zygote
+    if _broken is None and _zygote is None:
+        try:
+            _zygote = Zygote(command)
+        except OSError as exc:
+            _give_up(str(exc))
+    return _zygote
+
+
+def install(command: str) -> None:
+    """Fork launches of `command` through subprocess.Popen from this worker's zygote."""
+    import subprocess
+
+    exec_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+    forking = os.environ.get(START_ENV, "fork") != "exec"
+
+    def execute_child(self: Any, args: Any, executable: Any, preexec_fn: Any, close_fds: bool, pass_fds: Any,
+                      cwd: Any, env: Any, startupinfo: Any, creationflags: Any, shell: bool,
+                      p2cread: int, p2cwrite: int, c2pread: int, c2pwrite: int, errread: int, errwrite: int,
+                      restore_signals: bool, gid: Any, gids: Any, uid: Any, umask: int,
+                      start_new_session: bool, process_group: int = -1) -> None:  # fmt: skip
+        argv = [os.fsdecode(a) for a in args] if isinstance(args, (list, tuple)) else []
+        ours = command in argv  # under a prefix that execs it (prlimit, a setrlimit wrapper), the same pid
+        if argv[:1] == [command] and forking and executable is None and preexec_fn is None and close_fds and not shell \
+                and gid is None and gids is None and uid is None:  # fmt: skip
+            environment = {os.fsdecode(k): os.fsdecode(v) for k, v in (os.environ if env is None else env).items()}
+            zygote = _zygote_for(command)
+            if zygote is not None and zygote.can_start(environment):
+                fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
+                       errwrite if errwrite != -1 else 2, *pass_fds]  # fmt: skip
+                request = request_for(list(args), environment, cwd, umask, start_new_session, process_group)
+                request["targets"] = [0, 1, 2, *pass_fds]
+                try:
+                    self.pid = zygote.start(request, fds)
+                except OSError as exc:
+                    _give_up(str(exc))
+                else:
+                    self._child_created = True
+                    self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+                    started.append((self.pid, request["argv"]))
+                    return
+        exec_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo, creationflags,
+                   shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, restore_signals, gid, gids,
+                   uid, umask, start_new_session, process_group)  # fmt: skip
+        if ours:
+            started.append((self.pid, argv))
+
+    subprocess.Popen._execute_child = execute_child  # type: ignore[attr-defined]
+
+
+# --- the zygote's side ---------------------------------------------------------------------------
+
+
+def _preload() -> None:
+    import importlib
+
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
+def _serve(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """Fork for each request; return only in a forked process, with its request and descriptors."""
+    space = socket.CMSG_SPACE(_MAX_FDS * struct.calcsize("i"))
+    while True:
+        message, ancillary, _flags, _addr = sock.recvmsg(1 << 20, space)
+        if not message:
+            os._exit(0)  # the worker is gone
+        fds: list[int] = []
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.extend(struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4]))
+        request = pickle.loads(message)
+        forked = _fork_twice()
+        if forked is None:
+            sock.close()
+            return request, fds
+        for fd in fds:
+            os.close(fd)
+        sock.send(b"pid %d" % forked if isinstance(forked, int) else forked.encode())
+
+
+def _fork_twice() -> int | str | None:
+    """In the zygote, the pid of a grandchild that the worker now parents (or what went wrong); in the
+    grandchild, None. The middle process only forks and exits."""
+    read_end, write_end = os.pipe()
+    try:
+        middle = os.fork()
+    except OSError as exc:
+        os.close(read_end)
+        os.close(write_end)
+        return f"fork: {exc}"
+    if middle == 0:
+        os.close(read_end)
+        pid = os.fork()
+        if pid == 0:
+            os.close(write_end)
+            return None
+        os.write(write_end, str(pid).encode())
+        os._exit(0)
+    os.close(write_end)
+    pid_text = os.read(read_end, 64)
+    os.close(read_end)
+    os.waitpid(middle, 0)  # once it is gone, the grandchild is the worker's child
+    return int(pid_text) if pid_text else "the middle process failed to fork"
+
+
+def _place(fds: list[int], targets: list[int]) -> None:
+    """Descriptor `fds[i]` on number `targets[i]`; every other descriptor closed, as exec with close_fds."""
+    import fcntl
+
+    above = max(targets) + 1
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, above) for fd in fds]
+    for fd, target in zip(moved, targets, strict=True):
+        os.dup2(fd, target)  # inheritable, as a launched process's descriptors are
+    keep = set(targets)
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the listing's own descriptor
+
+
+def _standard_streams() -> None:
+    """New sys.stdin, stdout and stderr on descriptors 0-2, made as the interpreter makes them at start
+    (a terminal or not decides line buffering); the zygote's, on its own 0-2, are let go."""
+    import io
+
+    def stream(fd: int, like: Any) -> io.TextIOWrapper:
+        write = fd != 0
+        raw = io.FileIO(fd, "wb" if write else "rb", closefd=False)
+        buffered: Any = io.BufferedWriter(raw) if write else io.BufferedReader(raw)
+        line = write and (raw.isatty() or fd == 2)
+        return io.TextIOWrapper(buffered, encoding=like.encoding, errors=like.errors, newline="\n", line_buffering=line)
+
+    sys.stdin = sys.__stdin__ = stream(0, sys.__stdin__)
+    sys.stdout = sys.__stdout__ = stream(1, sys.__stdout__)
+    sys.stderr = sys.__stderr__ = stream(2, sys.__stderr__)
+
+
+def _become(request: dict[str, Any], fds: list[int]) -> None:
+    """Make this forked process what exec'ing `request["argv"]` would have started."""
+    import random
+    import resource
+
+    if request["session"]:
+        os.setsid()
+    elif request["group"] >= 0:
+        os.setpgid(0, request["group"])
+    _place(fds, request["targets"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    os.umask(request["umask"])
+    for name, limits in request["rlimits"].items():
+        resource.setrlimit(getattr(resource, name), limits)
+    for number in signal.valid_signals():
+        if number not in (signal.SIGKILL, signal.SIGSTOP):
+            # A new interpreter ignores SIGPIPE and SIGXFSZ and raises KeyboardInterrupt on SIGINT.
+            ignored = number in (signal.SIGPIPE, signal.SIGXFSZ)
+            handler = signal.SIG_IGN if ignored else signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
+            signal.signal(number, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, request["sigmask"])
+    random.seed()
+    _standard_streams()
+    sys.argv = list(request["argv"])
+
+
+def main() -> None:
+    command, fd = sys.argv[1], int(sys.argv[2])
+    # As for the console script: its own directory first on the path, not this one's.
+    sys.path[0] = os.path.dirname(os.path.realpath(command))
+    sock = socket.socket(fileno=fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C to the test run is the worker's to handle
+    _preload()
+    if threading.active_count() != 1:
+        sock.send(b"a preloaded module started a thread")
+        os._exit(1)
+    sock.send(b"ready")
+    request, fds = _serve(sock)
+    _become(request, fds)
+    from ccweb_index.server.cli import main as cli_main
+
+    sys.argv[0] = sys.argv[0].removesuffix(".exe")
+    sys.exit(cli_main())
+
+
+if __name__ == "__main__":
+    main()
