@@ -26,7 +26,7 @@ import pytest
 from ccweb_index.indexer import files
 from ccweb_index.server.service import Service
 
-from conftest import Corpus, session, stdio_client_for, wait_until
+from conftest import Corpus, server_pid, session, stdio_client_for, wait_until
 
 SOURCE = "orch"
 
@@ -185,10 +185,8 @@ def test_prlimit_during_a_write_through_the_stdio_server(tmp_path: Path, watch: 
     corpus = Corpus(tmp_path / "sessions")
     db = tmp_path / "index" / "index.sqlite"
     corpus.write("worker-ui", worker("waiting"))
-    pid_file = tmp_path / "pid"
-    prefix = ("sh", "-c", f'echo $$ > {pid_file}; exec "$@"', "sh")
     args = () if watch else ("--no-watch",)
-    with stdio_client_for(corpus.path, db, source=SOURCE, args=args, prefix=prefix) as client:
+    with stdio_client_for(corpus.path, db, source=SOURCE, args=args) as client:
 
         def kids() -> list[tuple[str, str]]:
             payload, is_error = client.call("ccweb_list_conversations", {"scope": "children"})
@@ -196,7 +194,7 @@ def test_prlimit_during_a_write_through_the_stdio_server(tmp_path: Path, watch: 
             return [(row["conversationId"], row["status"]) for row in payload["conversations"]]
 
         assert kids() == [("worker-ui", "waiting")]
-        pid = int(pid_file.read_text())
+        pid = server_pid(db)
         limit = open_descriptors(pid)
         set_nofile(pid, limit)  # not one more descriptor
         try:

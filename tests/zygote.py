@@ -69,15 +69,17 @@ PRELOAD = (
     "sqlite3",
 )
 
-# Variables an interpreter reads as it starts; a request that differs in them is exec'd.
+# Variables an interpreter reads as it starts; a request that differs in them is exec'd, except in
+# PYTHONPATH, which the fork applies as a start would (tests use it to install a sitecustomize).
 _AT_START = ("PYTHON", "LANG", "LC_")
+_PATH = "PYTHONPATH"
 _RLIMITS = ("RLIMIT_NOFILE", "RLIMIT_FSIZE", "RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_NPROC", "RLIMIT_DATA")
 _MAX_FDS = 64
 _PR_SET_CHILD_SUBREAPER = 36
 
 
 def _at_start(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(_AT_START)}
+    return {k: v for k, v in env.items() if k.startswith(_AT_START) and k != _PATH}
 
 
 # --- the test worker's side ----------------------------------------------------------------------
@@ -103,6 +105,8 @@ class Zygote:
             raise OSError("the zygote did not start")
 
     def can_start(self, env: dict[str, str]) -> bool:
+        if env.get(_PATH) != self._env.get(_PATH) and (_PATH in self._env or "sitecustomize" in sys.modules):
+            return False  # the zygote's path or sitecustomize would stand where the request's should
         return _at_start(env) == _at_start(self._env)
 
     def start(self, request: dict[str, Any], fds: list[int]) -> int:
@@ -330,6 +334,20 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
     random.seed()
     _standard_streams()
     sys.argv = list(request["argv"])
+    _python_path(request["env"].get(_PATH))
+
+
+def _python_path(value: str | None) -> None:
+    """What PYTHONPATH does at a start: its directories after the script's, then `site` imports a
+    sitecustomize from them (`can_start`: the zygote started without PYTHONPATH or a sitecustomize)."""
+    if not value:
+        return
+    sys.path[1:1] = [os.path.abspath(entry) for entry in value.split(os.pathsep) if entry]
+    if "sitecustomize" not in sys.modules:
+        try:
+            import sitecustomize  # noqa: F401
+        except ImportError:
+            pass
 
 
 def main() -> None:
