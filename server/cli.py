@@ -341,10 +341,12 @@ def serve(
         service.start_in_background()
         return service
 
+    # Before the index begins to open: a SIGTERM during its first pass must exit 0 too, not by the
+    # signal's default action (the thread below can be well into the pass before this line runs).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     # The index is opened beside the server, not before it: `initialize` and `tools/list` are
     # answered at once; the first call waits for the index.
     service = LazyService(open_service)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         anyio.run(serve_stdio, service, source_session, max_waits)
     except KeyboardInterrupt:

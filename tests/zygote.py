@@ -116,7 +116,8 @@ class Zygote:
         libc = ctypes.CDLL(None, use_errno=True)
         message = pickle.dumps(request)
         with self._lock:
-            libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+            if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
             try:
                 self._sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
                 reply = self._sock.recv(4096)
@@ -124,7 +125,26 @@ class Zygote:
                 libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
         if not reply.startswith(b"pid "):
             raise OSError(f"the zygote could not start {request['argv'][:2]}: {reply.decode(errors='replace')}")
-        return int(reply[4:])
+        pid = int(reply[4:])
+        if _parent_of(pid) != os.getpid():  # then no wait() here would ever see it end
+            os.kill(pid, signal.SIGKILL)
+            raise OSError(f"process {pid} did not become this worker's child")
+        return pid
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None  # no entry: not even a zombie waiting for its parent
+
+
+def _refused_by_exec(argv: list[str], env: dict[str, str]) -> bool:
+    """What exec refuses (a NUL in an argument or the environment, `=` in a name) is left to exec, so
+    that the caller gets its error, not a process that dies."""
+    texts = [*argv, *env, *env.values()]
+    return any("\0" in text for text in texts) or any("=" in name for name in env)
 
 
 def _umask() -> int:
@@ -163,14 +183,18 @@ def _give_up(why: str) -> None:
     print(f"tests/zygote.py: exec'ing ccweb-index from now on: {why}", file=sys.stderr)
 
 
+_starting = threading.Lock()
+
+
 def _zygote_for(command: str) -> Zygote | None:
     global _zygote
-    if _broken is None and _zygote is None:
-        try:
-            _zygote = Zygote(command)
-        except OSError as exc:
-            _give_up(str(exc))
-    return _zygote
+    with _starting:  # two threads' first launches must not start two
+        if _broken is None and _zygote is None:
+            try:
+                _zygote = Zygote(command)
+            except OSError as exc:
+                _give_up(str(exc))
+        return _zygote
 
 
 def install(command: str) -> None:
@@ -191,7 +215,7 @@ def install(command: str) -> None:
                 and gid is None and gids is None and uid is None:  # fmt: skip
             environment = {os.fsdecode(k): os.fsdecode(v) for k, v in (os.environ if env is None else env).items()}
             zygote = _zygote_for(command)
-            if zygote is not None and zygote.can_start(environment):
+            if zygote is not None and zygote.can_start(environment) and not _refused_by_exec(argv, environment):
                 fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
                        errwrite if errwrite != -1 else 2, *pass_fds]  # fmt: skip
                 request = request_for(list(args), environment, cwd, umask, start_new_session, process_group)
