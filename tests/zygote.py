@@ -5,16 +5,22 @@ building its models), uvicorn, starlette. The suite starts well over a hundred, 
 was most of its run time (docs/decisions.md, "A fast suite"). Each test worker keeps one *zygote*: an
 interpreter of the same venv that has imported those third-party modules, holds no threads, no
 files and none of this project's modules, and forks on request. The fork then becomes what exec
-would have made: the request's descriptors on their numbers and nothing else open, its environment,
-working directory, umask, resource limits, signal dispositions and mask, session or process group,
-`sys.argv` and standard streams, and imports `ccweb_index` itself fresh, so that settings read from
-the environment at import (indexer/tuning.py) are the request's. It runs exactly the console
-script's code (`ccweb_index.server.cli:main`).
+would have made, in the order a launch makes it: the request's descriptors on their numbers and
+nothing else open, its environment (TZ included), working directory, umask, session or process
+group, resource limits, signal dispositions (what the test worker ignores stays ignored) and mask.
+Only then does `Popen` return; what exec would refuse (a missing directory) is raised by `Popen` as
+exec's error. Then the interpreter's own state: `sys.argv`, standard streams shaped as at a start
+(buffered or not), PYTHONPATH; it imports `ccweb_index` itself fresh, so that settings read from the
+environment at import (indexer/tuning.py) are the request's, and runs exactly the console script's
+code (`ccweb_index.server.cli:main`). What stays the zygote's: the hash seed, `__main__`, and the
+command line /proc shows (tests find their server with `conftest.server_pid`).
 
 The process is the test's own child, so that `Popen.wait`, the SDK's kill of its process group and
 the asyncio child watcher work unchanged: the zygote forks twice, and the middle process exits
 while the test worker is briefly a child subreaper (`PR_SET_CHILD_SUBREAPER`), which makes the
-worker the server's parent. The flag is cleared at once, so that other orphans go to init as before.
+worker the server's parent. The flag is put back at once, so that other orphans go where they went.
+A launch interrupted half-way (pytest-timeout's alarm, ^C) gives the zygote up for the rest of the
+worker's run, rather than leave its reply to be read as the next launch's.
 
 Only launches of the installed `ccweb-index` command through `subprocess.Popen` (and so through the
 SDK's stdio client) are forked, and only those that exec would start the same way: no preexec_fn,
@@ -33,6 +39,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from typing import Any
 
 START_ENV = "CCWEB_TESTS_START"
@@ -75,7 +82,7 @@ _AT_START = ("PYTHON", "LANG", "LC_")
 _PATH = "PYTHONPATH"
 _RLIMITS = ("RLIMIT_NOFILE", "RLIMIT_FSIZE", "RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_NPROC", "RLIMIT_DATA")
 _MAX_FDS = 64
-_PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 
 
 def _at_start(env: dict[str, str]) -> dict[str, str]:
@@ -101,8 +108,8 @@ class Zygote:
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=self._env,
         )  # fmt: skip
         theirs.close()
-        if self._sock.recv(16) != b"ready":
-            raise OSError("the zygote did not start")
+        if self._sock.recv(64) != b"ready":
+            raise ZygoteFailed("the zygote did not start")
 
     def can_start(self, env: dict[str, str]) -> bool:
         if env.get(_PATH) != self._env.get(_PATH) and (_PATH in self._env or "sitecustomize" in sys.modules):
@@ -110,26 +117,49 @@ class Zygote:
         return _at_start(env) == _at_start(self._env)
 
     def start(self, request: dict[str, Any], fds: list[int]) -> int:
-        """The pid of a new process, the worker's child, running `request` with `fds` as its descriptors."""
+        """The pid of a new process, the worker's child, that has become `request` with `fds` as its
+        descriptors. Raises what exec would have raised (a missing directory, say) as OSError, and
+        ZygoteFailed when the zygote cannot serve (then exec is used from now on)."""
+        with self._lock:
+            reply = self._ask(request, fds)
+        if reply[0] == "error":  # the process could not become what was asked, and has exited
+            _, pid, errno, strerror, filename = reply
+            os.waitpid(pid, 0)
+            raise OSError(errno, strerror, filename)
+        if reply[0] != "ok":
+            raise ZygoteFailed(f"the zygote could not start {request['argv'][:2]}: {reply[1]}")
+        pid = int(reply[1])
+        if _parent_of(pid) != os.getpid():  # then no wait() here would ever see it end
+            os.kill(pid, signal.SIGKILL)
+            raise ZygoteFailed(f"process {pid} did not become this worker's child")
+        return pid
+
+    def _ask(self, request: dict[str, Any], fds: list[int]) -> tuple[Any, ...]:
+        """One request and its reply, with this worker a child subreaper meanwhile. Anything that
+        interrupts the exchange (pytest-timeout's alarm, ^C) would leave a reply for the next
+        request to read: the zygote is then given up."""
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        message = pickle.dumps(request)
-        with self._lock:
-            if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-                raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
-            try:
-                self._sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
-                reply = self._sock.recv(4096)
-            finally:
-                libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-        if not reply.startswith(b"pid "):
-            raise OSError(f"the zygote could not start {request['argv'][:2]}: {reply.decode(errors='replace')}")
-        pid = int(reply[4:])
-        if _parent_of(pid) != os.getpid():  # then no wait() here would ever see it end
-            os.kill(pid, signal.SIGKILL)
-            raise OSError(f"process {pid} did not become this worker's child")
-        return pid
+        was = ctypes.c_int(0)
+        libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0)
+        if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            raise ZygoteFailed(f"prctl(PR_SET_CHILD_SUBREAPER): errno {ctypes.get_errno()}")
+        try:
+            ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
+            self._sock.sendmsg([pickle.dumps(request)], ancillary)
+            reply: tuple[Any, ...] = pickle.loads(self._sock.recv(1 << 16))
+        except BaseException as exc:
+            self._sock.close()
+            _give_up(f"a launch was interrupted ({type(exc).__name__})")
+            raise
+        finally:
+            libc.prctl(_PR_SET_CHILD_SUBREAPER, was.value, 0, 0, 0)
+        return reply
+
+
+class ZygoteFailed(OSError):
+    """The zygote cannot start processes: exec them."""
 
 
 def _parent_of(pid: int) -> int | None:
@@ -147,13 +177,17 @@ def _refused_by_exec(argv: list[str], env: dict[str, str]) -> bool:
     return any("\0" in text for text in texts) or any("=" in name for name in env)
 
 
-def _umask() -> int:
-    # Read, not set and reset: another thread of the worker may be creating a file right now.
+def _status_field(name: str) -> str:
     with open("/proc/self/status") as status:
         for line in status:
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    raise OSError("no Umask in /proc/self/status")
+            if line.startswith(f"{name}:"):
+                return line.split()[1]
+    raise ZygoteFailed(f"no {name} in /proc/self/status")
+
+
+def _umask() -> int:
+    # Read, not set and reset: another thread of the worker may be creating a file right now.
+    return int(_status_field("Umask"), 8)
 
 
 def request_for(argv: list[Any], env: dict[str, str], cwd: Any, umask: int, session: bool, group: int) -> dict[str, Any]:
@@ -168,7 +202,14 @@ def request_for(argv: list[Any], env: dict[str, str], cwd: Any, umask: int, sess
         "group": group,
         "rlimits": {name: resource.getrlimit(getattr(resource, name)) for name in _RLIMITS},
         "sigmask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+        "ignored": _ignored_signals(),
     }
+
+
+def _ignored_signals() -> list[int]:
+    """The signals this process ignores, which exec would leave ignored in what it starts."""
+    mask = int(_status_field("SigIgn"), 16)
+    return [number for number in range(1, 65) if mask >> (number - 1) & 1]
 
 
 _zygote: Zygote | None = None
@@ -192,7 +233,7 @@ def _zygote_for(command: str) -> Zygote | None:
         if _broken is None and _zygote is None:
             try:
                 _zygote = Zygote(command)
-            except OSError as exc:
+            except OSError as exc:  # ZygoteFailed, or the interpreter could not be started
                 _give_up(str(exc))
         return _zygote
 
@@ -210,7 +251,9 @@ def install(command: str) -> None:
                       restore_signals: bool, gid: Any, gids: Any, uid: Any, umask: int,
                       start_new_session: bool, process_group: int = -1) -> None:  # fmt: skip
         argv = [os.fsdecode(a) for a in args] if isinstance(args, (list, tuple)) else []
-        ours = command in argv  # under a prefix that execs it (prlimit, a setrlimit wrapper), the same pid
+        # Under a prefix that execs it (prlimit, a setrlimit wrapper) it has the prefix's pid; the
+        # zygote, which is given the command's path, is not one of them.
+        ours = command in argv and argv[1:2] != [__file__]
         if argv[:1] == [command] and forking and executable is None and preexec_fn is None and close_fds and not shell \
                 and gid is None and gids is None and uid is None:  # fmt: skip
             environment = {os.fsdecode(k): os.fsdecode(v) for k, v in (os.environ if env is None else env).items()}
@@ -222,7 +265,7 @@ def install(command: str) -> None:
                 request["targets"] = [0, 1, 2, *pass_fds]
                 try:
                     self.pid = zygote.start(request, fds)
-                except OSError as exc:
+                except ZygoteFailed as exc:
                     _give_up(str(exc))
                 else:
                     self._child_created = True
@@ -251,8 +294,9 @@ def _preload() -> None:
             pass
 
 
-def _serve(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    """Fork for each request; return only in a forked process, with its request and descriptors."""
+def _serve(sock: socket.socket) -> dict[str, Any]:
+    """Fork for each request. Returns only in a forked process that has become what exec would have
+    started (`_become_process`) and said so, with its request."""
     space = socket.CMSG_SPACE(_MAX_FDS * struct.calcsize("i"))
     while True:
         message, ancillary, _flags, _addr = sock.recvmsg(1 << 20, space)
@@ -263,52 +307,108 @@ def _serve(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.extend(struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4]))
         request = pickle.loads(message)
-        forked = _fork_twice()
-        if forked is None:
-            sock.close()
-            return request, fds
+        reply = _fork_twice(request, fds, sock)
+        if reply is None:
+            return request
         for fd in fds:
             os.close(fd)
-        sock.send(b"pid %d" % forked if isinstance(forked, int) else forked.encode())
+        try:
+            sock.send(reply)
+        except OSError:
+            os._exit(0)  # the worker gave up on this zygote (an interrupted launch) or is gone
 
 
-def _fork_twice() -> int | str | None:
-    """In the zygote, the pid of a grandchild that the worker now parents (or what went wrong); in the
-    grandchild, None. The middle process only forks and exits."""
+def _fork_twice(request: dict[str, Any], fds: list[int], sock: socket.socket) -> bytes | None:
+    """In the zygote, the reply for the worker, once the new process is the worker's child and has
+    become what was asked, or failed to (as exec would: it then exits, and the reply says why). In the
+    new process, None. The middle process only forks and exits."""
     read_end, write_end = os.pipe()
     try:
         middle = os.fork()
     except OSError as exc:
         os.close(read_end)
         os.close(write_end)
-        return f"fork: {exc}"
+        return pickle.dumps(("failed", f"fork: {exc}"))
     if middle == 0:
         os.close(read_end)
-        pid = os.fork()
-        if pid == 0:
-            os.close(write_end)
-            return None
-        os.write(write_end, str(pid).encode())
-        os._exit(0)
+        if os.fork() != 0:
+            os._exit(0)
+        sock.close()
+        report = _become_process(request, fds, write_end)  # exits if it cannot
+        os.write(report, pickle.dumps(("ok", os.getpid())))
+        os.close(report)
+        return None
     os.close(write_end)
-    pid_text = os.read(read_end, 64)
+    os.waitpid(middle, 0)  # once it is gone, the new process is the worker's child
+    reply = b""
+    while chunk := os.read(read_end, 65536):  # until the new process closes its end, or dies
+        reply += chunk
     os.close(read_end)
-    os.waitpid(middle, 0)  # once it is gone, the grandchild is the worker's child
-    return int(pid_text) if pid_text else "the middle process failed to fork"
+    return reply or pickle.dumps(("failed", "the new process died before it could report"))
 
 
-def _place(fds: list[int], targets: list[int]) -> None:
-    """Descriptor `fds[i]` on number `targets[i]`; every other descriptor closed, as exec with close_fds."""
+def _become_process(request: dict[str, Any], fds: list[int], report_fd: int) -> int:
+    """What exec'ing `request["argv"]` would have made of this process, in the order a launch does it
+    (descriptors, directory, umask, session, signals): the number its report goes to. A failure is
+    reported as exec's would be, and the process exits."""
+    import fcntl
+    import resource
+
+    targets = request["targets"]
+    report = fcntl.fcntl(report_fd, fcntl.F_DUPFD, max(targets) + 1)
+    os.close(report_fd)
+    try:
+        _place(fds, targets, keep=report)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        time.tzset()  # the C library read TZ when the zygote started
+        try:
+            os.chdir(request["cwd"])
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, request["cwd"]) from None
+        os.umask(request["umask"])
+        if request["session"]:
+            os.setsid()
+        elif request["group"] >= 0:
+            os.setpgid(0, request["group"])
+        for name, limits in request["rlimits"].items():
+            resource.setrlimit(getattr(resource, name), limits)
+        _signals(request["ignored"])
+        signal.pthread_sigmask(signal.SIG_SETMASK, request["sigmask"])
+    except OSError as exc:
+        os.write(report, pickle.dumps(("error", os.getpid(), exc.errno, exc.strerror, exc.filename)))
+        os._exit(255)
+    return report
+
+
+def _signals(ignored: list[int]) -> None:
+    """The dispositions a new interpreter has: what its launcher ignored stays ignored (exec keeps
+    SIG_IGN); SIGPIPE and SIGXFSZ are ignored and SIGINT raises KeyboardInterrupt, as Python sets them
+    at start; everything else is the default."""
+    for number in signal.valid_signals():
+        if number in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        if number in (signal.SIGPIPE, signal.SIGXFSZ) or number in ignored:
+            signal.signal(number, signal.SIG_IGN)
+        elif number == signal.SIGINT:
+            signal.signal(number, signal.default_int_handler)
+        else:
+            signal.signal(number, signal.SIG_DFL)
+
+
+def _place(fds: list[int], targets: list[int], keep: int) -> None:
+    """Descriptor `fds[i]` on number `targets[i]`, and `keep`; every other descriptor closed, as exec
+    with close_fds."""
     import fcntl
 
     above = max(targets) + 1
     moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, above) for fd in fds]
     for fd, target in zip(moved, targets, strict=True):
         os.dup2(fd, target)  # inheritable, as a launched process's descriptors are
-    keep = set(targets)
+    kept = {*targets, keep}
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
-        if fd not in keep:
+        if fd not in kept:
             try:
                 os.close(fd)
             except OSError:
@@ -323,6 +423,8 @@ def _standard_streams() -> None:
     def stream(fd: int, like: Any) -> io.TextIOWrapper:
         write = fd != 0
         raw = io.FileIO(fd, "wb" if write else "rb", closefd=False)
+        if isinstance(like.buffer, io.FileIO):  # unbuffered (PYTHONUNBUFFERED, -u): the text layer writes through
+            return io.TextIOWrapper(raw, encoding=like.encoding, errors=like.errors, newline="\n", write_through=True)
         buffered: Any = io.BufferedWriter(raw) if write else io.BufferedReader(raw)
         line = write and (raw.isatty() or fd == 2)
         return io.TextIOWrapper(buffered, encoding=like.encoding, errors=like.errors, newline="\n", line_buffering=line)
@@ -332,29 +434,10 @@ def _standard_streams() -> None:
     sys.stderr = sys.__stderr__ = stream(2, sys.__stderr__)
 
 
-def _become(request: dict[str, Any], fds: list[int]) -> None:
-    """Make this forked process what exec'ing `request["argv"]` would have started."""
+def _become_interpreter(request: dict[str, Any]) -> None:
+    """What is left of a start once the process is the launched one: the interpreter's own state."""
     import random
-    import resource
 
-    if request["session"]:
-        os.setsid()
-    elif request["group"] >= 0:
-        os.setpgid(0, request["group"])
-    _place(fds, request["targets"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    os.chdir(request["cwd"])
-    os.umask(request["umask"])
-    for name, limits in request["rlimits"].items():
-        resource.setrlimit(getattr(resource, name), limits)
-    for number in signal.valid_signals():
-        if number not in (signal.SIGKILL, signal.SIGSTOP):
-            # A new interpreter ignores SIGPIPE and SIGXFSZ and raises KeyboardInterrupt on SIGINT.
-            ignored = number in (signal.SIGPIPE, signal.SIGXFSZ)
-            handler = signal.SIG_IGN if ignored else signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
-            signal.signal(number, handler)
-    signal.pthread_sigmask(signal.SIG_SETMASK, request["sigmask"])
     random.seed()
     _standard_streams()
     sys.argv = list(request["argv"])
@@ -385,8 +468,8 @@ def main() -> None:
         sock.send(b"a preloaded module started a thread")
         os._exit(1)
     sock.send(b"ready")
-    request, fds = _serve(sock)
-    _become(request, fds)
+    request = _serve(sock)
+    _become_interpreter(request)
     from ccweb_index.server.cli import main as cli_main
 
     sys.argv[0] = sys.argv[0].removesuffix(".exe")
