@@ -341,9 +341,20 @@ def serve(
         service.start_in_background()
         return service
 
-    # Before the index begins to open: a SIGTERM during its first pass must exit 0 too, not by the
-    # signal's default action (the thread below can be well into the pass before this line runs).
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    service: LazyService | None = None
+
+    def stop_before_serving(*_: object) -> None:
+        # Until the server runs (it then takes SIGTERM itself: server.stop), no call has been answered
+        # and none is in flight: leave at once, the opening unfinished (SQLite rolls it back; the
+        # index is a cache), as a SIGTERM during the opening does later.
+        if service is not None:
+            service.close(wait=False)
+        logging.shutdown()
+        os._exit(0)
+
+    # Before the index begins to open: the thread below can be well into its first pass before the
+    # next line returns, and a SIGTERM must not then take the signal's default action (status 143).
+    signal.signal(signal.SIGTERM, stop_before_serving)
     # The index is opened beside the server, not before it: `initialize` and `tools/list` are
     # answered at once; the first call waits for the index.
     service = LazyService(open_service)

@@ -163,14 +163,37 @@ refresh.Indexer.reconcile = slow_reconcile
 """
 
 
-def test_sigterm_during_the_first_indexing_pass_exits_at_once(tmp_path: Path, corpus: Corpus) -> None:
+# With SLOW_FIRST_PASS: the server does not begin to run until long after the first pass began (the
+# index opens in a thread started before it).
+SERVER_HELD_BACK = """
+import anyio
+
+_run = anyio.run
+
+def held_back_run(*args, **kwargs):
+    while not Path({marker!r}).exists():
+        time.sleep(0.01)
+    Path({held!r}).touch()
+    time.sleep(60)
+    return _run(*args, **kwargs)
+
+anyio.run = held_back_run
+"""
+
+
+@pytest.mark.parametrize("server_runs", [True, False], ids=["server-running", "before-the-server-runs"])
+def test_sigterm_during_the_first_indexing_pass_exits_at_once(tmp_path: Path, corpus: Corpus, server_runs: bool) -> None:
     """The first pass holds the index; a stop must not wait for it to end (SQLite rolls back what it
-    leaves, and the index is a cache)."""
+    leaves, and the index is a cache), whether the server has begun to run or not yet."""
     corpus.write("w1", session("hello"))
     hooks = tmp_path / "hooks"
     hooks.mkdir()
-    marker = tmp_path / "pass-began"
-    (hooks / "sitecustomize.py").write_text(SLOW_FIRST_PASS.format(marker=str(marker)))
+    marker, held = tmp_path / "pass-began", tmp_path / "server-held-back"
+    hook = SLOW_FIRST_PASS.format(marker=str(marker))
+    if not server_runs:
+        hook += SERVER_HELD_BACK.format(marker=str(marker), held=str(held))
+        marker = held
+    (hooks / "sitecustomize.py").write_text(hook)
     log = tmp_path / "server.log"
     command = [CCWEB_INDEX, "serve", "--no-watch", "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "i.sqlite")]
     with open(log, "w") as errlog:
