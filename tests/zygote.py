@@ -98,12 +98,11 @@ class Zygote:
     def __init__(self, command: str) -> None:
         import subprocess
 
-        self.command = command
         self._lock = threading.Lock()
         self._env = dict(os.environ)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
-        self.proc = subprocess.Popen(
+        self.proc = subprocess.Popen(  # kept: it ends when the worker closes its end of the socket
             [sys.executable, __file__, command, str(theirs.fileno())],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=self._env,
         )  # fmt: skip
