@@ -189,11 +189,14 @@ def _umask() -> int:
     return int(_status_field("Umask"), 8)
 
 
-def request_for(argv: list[Any], env: dict[str, str], cwd: Any, umask: int, session: bool, group: int) -> dict[str, Any]:
+def request_for(
+    argv: list[str], env: dict[str, str], pass_fds: Any, cwd: Any, umask: int, session: bool, group: int
+) -> dict[str, Any]:
     import resource
 
     return {
-        "argv": [os.fsdecode(a) for a in argv],
+        "argv": argv,
+        "targets": [0, 1, 2, *pass_fds],
         "env": env,
         "cwd": os.fsdecode(cwd) if cwd is not None else os.getcwd(),
         "umask": umask if umask >= 0 else _umask(),
@@ -260,8 +263,7 @@ def install(command: str) -> None:
             if zygote is not None and zygote.can_start(environment) and not _refused_by_exec(argv, environment):
                 fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
                        errwrite if errwrite != -1 else 2, *pass_fds]  # fmt: skip
-                request = request_for(list(args), environment, cwd, umask, start_new_session, process_group)
-                request["targets"] = [0, 1, 2, *pass_fds]
+                request = request_for(argv, environment, pass_fds, cwd, umask, start_new_session, process_group)
                 try:
                     self.pid = zygote.start(request, fds)
                 except ZygoteFailed as exc:
