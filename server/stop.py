@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 
@@ -72,16 +72,27 @@ async def exit_on_sigterm(
     out, `close`, and exit 0."""
     # The receiver stays open to the end: closing it would put back SIGTERM's default action, and a
     # second SIGTERM from an impatient supervisor would then kill the process mid-drain (status 143).
-    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
-        async for _ in signals:
-            break
-        await _drain(write_stream, end_waits)
-        try:
-            close()
-        finally:
-            logging.shutdown()
-            sys.stderr.flush()
-            os._exit(0)
+    try:
+        with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+            async for _ in signals:
+                break
+            await _drain(write_stream, end_waits)
+            _leave(close)
+    finally:
+        # Cancelled: the client closed stdin and the process is on its way out, closing the index
+        # (which waits for a first pass under way). The receiver has put back SIGTERM's default
+        # action; a SIGTERM now (the SDK clients send one when the exit takes long) leaves at once
+        # with 0 instead, as it does before the server runs.
+        signal.signal(signal.SIGTERM, lambda *_: _leave(close))
+
+
+def _leave(close: Callable[[], None]) -> NoReturn:
+    try:
+        close()
+    finally:
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 async def _drain(write_stream: Any, end_waits: Callable[[], Awaitable[None]] | None) -> None:

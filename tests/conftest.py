@@ -311,6 +311,14 @@ def hold_the_reader(watcher: Any, session_id: str) -> tuple[threading.Event, thr
     return handling, release
 
 
+def client_launch(*args: str) -> list[str]:
+    """The command line a client process (the TypeScript SDK, the Inspector, a Python SDK client
+    process) is given to start `ccweb-index *args`: forked by this worker's zygote too, through a
+    small launcher (tests/zygote.py, launch_command)."""
+    assert CCWEB_INDEX is not None, "ccweb-index is not installed"
+    return [*zygote.launch_command(CCWEB_INDEX), *args]
+
+
 def server_pid(db: Path) -> int:
     """The pid of the newest `ccweb-index serve` this worker started on index `db` (a stdio server
     started through the SDK's client, which does not show its process)."""

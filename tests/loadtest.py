@@ -286,8 +286,9 @@ async def _client(spec: dict[str, Any]) -> dict[str, Any]:
                 await client.initialize()
                 yield client
         else:
-            args = ["serve", "--sessions-dir", spec["sessions"], "--db", spec["db"], *spec["server_args"]]
-            params = StdioServerParameters(command=spec["command"], args=args, env=_clean_env(CCWEB_SOURCE_SESSION_ID=spec["source"]))
+            command, *prefix = spec["launch"]
+            args = [*prefix, "serve", "--sessions-dir", spec["sessions"], "--db", spec["db"], *spec["server_args"]]
+            params = StdioServerParameters(command=command, args=args, env=_clean_env(CCWEB_SOURCE_SESSION_ID=spec["source"]))
             async with stdio_client(params) as (read, write_), ClientSession(read, write_) as client:
                 await client.initialize()
                 yield client
@@ -297,7 +298,7 @@ async def _client(spec: dict[str, Any]) -> dict[str, Any]:
     rss: dict[str, int | None] = {}
     server_pid = None
     async with connect() as client:
-        if spec["transport"] == "stdio":
+        if spec["transport"] == "stdio" and len(spec["launch"]) == 1:  # else the child is a launcher
             children = _child_pids()
             server_pid = children[0] if children else None
         for n, (name, arguments) in enumerate(plan_calls(spec)):
@@ -520,6 +521,9 @@ class LoadSpec:
     write_mode: str = "mixed"  # WRITE_MODES
     # No server has a watcher (the HTTP one included; `stdio_no_watch` is then moot).
     no_watch: bool = False
+    # How the client processes start `ccweb-index` (a command line its arguments follow); empty: the
+    # installed command itself.
+    launch: tuple[str, ...] = ()
 
 
 def _start_http(sessions: Path, db: Path, log: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
@@ -583,7 +587,7 @@ def run(spec: LoadSpec, workdir: Path | None = None) -> dict[str, Any]:
                 client_specs.append({
                     "transport": "http" if http else "stdio", "url": url, "source": SOURCES[n % len(SOURCES)],
                     "ids": ids, "calls": spec.calls, "seed": spec.seed * 1000 + n, "warmup": spec.warmup,
-                    "command": _command(), "sessions": str(sessions), "db": str(client_db), "server_args": server_args,
+                    "launch": list(spec.launch or [_command()]), "sessions": str(sessions), "db": str(client_db), "server_args": server_args,
                     "out": str(workdir / f"client{n}.json"),
                 })  # fmt: skip
             started = time.monotonic()

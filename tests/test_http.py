@@ -32,7 +32,17 @@ from anyio.from_thread import start_blocking_portal
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import CCWEB_INDEX, THOROUGH, Corpus, StdioClient, answer_of, cli, session, stdio_client_for
+from conftest import (
+    CCWEB_INDEX,
+    THOROUGH,
+    Corpus,
+    StdioClient,
+    answer_of,
+    cli,
+    client_launch,
+    session,
+    stdio_client_for,
+)
 
 SOURCE_HEADER = "X-Ccweb-Source-Session"
 TOKEN = "tok-" + "0123456789abcdef" * 2
@@ -673,9 +683,10 @@ async def _worker(spec: dict[str, Any]) -> dict[str, Any]:
             async with http_session(spec["url"], _headers(spec.get("token"), source)) as client:
                 yield client
         else:
+            command, *prefix = spec["launch"]
             params = StdioServerParameters(
-                command=spec["command"],
-                args=["serve", "--sessions-dir", spec["sessions_dir"], "--db", spec["db"]],
+                command=command,
+                args=[*prefix, "serve", "--sessions-dir", spec["sessions_dir"], "--db", spec["db"]],
                 env=_clean_env(CCWEB_SOURCE_SESSION_ID=source),
             )
             async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
@@ -732,7 +743,7 @@ def test_many_processes_one_index_under_writes(tmp_path: Path, corpus: Corpus, d
                     "seed": n,
                     "url": server.url,
                     "token": TOKEN,
-                    "command": CCWEB_INDEX,
+                    "launch": client_launch(),
                     "sessions_dir": str(corpus.path),
                     "db": str(db_path),
                 }

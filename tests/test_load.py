@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import loadtest
-from conftest import THOROUGH
+from conftest import THOROUGH, client_launch
 from loadtest import CONVERSATIONS, INPUTS, LoadSpec, Oracle, Timeline, check_call
 
 CALLS = 150 if THOROUGH else 60  # per client
@@ -24,7 +24,8 @@ CALLS = 150 if THOROUGH else 60  # per client
 def test_concurrent_clients_under_rewrites_get_only_right_answers(tmp_path: Path) -> None:
     report = loadtest.run(
         # All servers on one index, as issue #3 deploys them (bench/load.py can also give each its own).
-        LoadSpec(sessions=30, clients=4, calls=CALLS, rate=100, http_clients=2, stdio_no_watch=1, warmup=5),
+        LoadSpec(sessions=30, clients=4, calls=CALLS, rate=100, http_clients=2, stdio_no_watch=1, warmup=5,
+                 launch=tuple(client_launch())),
         tmp_path,
     )
     assert report["problems"] == [], "\n".join(report["problems"][:10])

@@ -181,18 +181,37 @@ anyio.run = held_back_run
 """
 
 
-@pytest.mark.parametrize("server_runs", [True, False], ids=["server-running", "before-the-server-runs"])
-def test_sigterm_during_the_first_indexing_pass_exits_at_once(tmp_path: Path, corpus: Corpus, server_runs: bool) -> None:
+# With SLOW_FIRST_PASS: marks when the server, its session over, closes the service (which waits for
+# the first pass).
+CLOSING_MARKED = """
+from ccweb_index.server import app
+
+_close = app.LazyService.close
+
+def marked_close(self, *args, **kwargs):
+    Path({closing!r}).touch()
+    return _close(self, *args, **kwargs)
+
+app.LazyService.close = marked_close
+"""
+
+
+@pytest.mark.parametrize("when", ["server-running", "before-the-server-runs", "after-stdin-closed"])
+def test_sigterm_during_the_first_indexing_pass_exits_at_once(tmp_path: Path, corpus: Corpus, when: str) -> None:
     """The first pass holds the index; a stop must not wait for it to end (SQLite rolls back what it
-    leaves, and the index is a cache), whether the server has begun to run or not yet."""
+    leaves, and the index is a cache), whether the server has begun to run or not yet, or its client
+    has ended the session (stdin closed: the exit waits for the pass, and the SDK clients send
+    SIGTERM when an exit takes long)."""
     corpus.write("w1", session("hello"))
     hooks = tmp_path / "hooks"
     hooks.mkdir()
-    marker, held = tmp_path / "pass-began", tmp_path / "server-held-back"
+    marker, held, closing = tmp_path / "pass-began", tmp_path / "server-held-back", tmp_path / "closing"
     hook = SLOW_FIRST_PASS.format(marker=str(marker))
-    if not server_runs:
+    if when == "before-the-server-runs":
         hook += SERVER_HELD_BACK.format(marker=str(marker), held=str(held))
         marker = held
+    elif when == "after-stdin-closed":
+        hook += CLOSING_MARKED.format(closing=str(closing))
     (hooks / "sitecustomize.py").write_text(hook)
     log = tmp_path / "server.log"
     command = [CCWEB_INDEX, "serve", "--no-watch", "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "i.sqlite")]
@@ -204,6 +223,12 @@ def test_sigterm_during_the_first_indexing_pass_exits_at_once(tmp_path: Path, co
         while not marker.exists():
             assert time.monotonic() < deadline, "the first pass never began"
             time.sleep(0.01)
+        if when == "after-stdin-closed":
+            assert proc.stdin is not None
+            proc.stdin.close()
+            while not closing.exists():
+                assert time.monotonic() < deadline, "the server never began to close"
+                time.sleep(0.01)
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=2.0) == 0, log.read_text()
     finally:

@@ -7,13 +7,14 @@ interpreter of the same venv that has imported those third-party modules, holds 
 files and none of this project's modules, and forks on request. The fork then becomes what exec
 would have made, in the order a launch makes it: the request's descriptors on their numbers and
 nothing else open, its environment (TZ included), working directory, umask, session or process
-group, resource limits, signal dispositions (what the test worker ignores stays ignored) and mask.
-Only then does `Popen` return; what exec would refuse (a missing directory) is raised by `Popen` as
-exec's error. Then the interpreter's own state: `sys.argv`, standard streams shaped as at a start
-(buffered or not), PYTHONPATH; it imports `ccweb_index` itself fresh, so that settings read from the
+group, resource limits, CPU affinity, signal dispositions (what the test worker ignores stays
+ignored) and mask. Only then does `Popen` return; what exec would refuse (a missing directory) is
+raised by `Popen` as exec's error. Then the interpreter's own state: `sys.argv`, standard streams
+shaped as at a start (buffered or not), bytecode writing, PYTHONPATH; it imports `ccweb_index` itself fresh, so that settings read from the
 environment at import (indexer/tuning.py) are the request's, and runs exactly the console script's
-code (`ccweb_index.server.cli:main`). What stays the zygote's: the hash seed, `__main__`, and the
-command line /proc shows (tests find their server with `conftest.server_pid`).
+code (`ccweb_index.server.cli:main`). What stays the zygote's: the hash seed, `__main__`, the
+command line /proc shows (tests find their server with `conftest.server_pid`), and `sys.flags` (the
+settings the fork applies take effect; the flags still read as the zygote's).
 
 The process is the test's own child, so that `Popen.wait`, the SDK's kill of its process group and
 the asyncio child watcher work unchanged: the zygote forks twice, and the middle process exits
@@ -22,12 +23,15 @@ worker the server's parent. The flag is put back at once, so that other orphans 
 A launch interrupted half-way (pytest-timeout's alarm, ^C) gives the zygote up for the rest of the
 worker's run, rather than leave its reply to be read as the next launch's.
 
-Only launches of the installed `ccweb-index` command through `subprocess.Popen` (and so through the
-SDK's stdio client) are forked, and only those that exec would start the same way: no preexec_fn,
-no user or group change, closed descriptors, and the same interpreter-level environment (`PYTHON*`,
-`LANG`, `LC_*`) as the zygote's. Everything else, a command under a prefix (`prlimit`, a Python
-`-c` wrapper) among them, is exec'd as before, as are the interop clients' own launches and the
-wheel check of `.ci/run`. `CCWEB_TESTS_START=exec` turns forking off for a whole run.
+Only launches of the installed `ccweb-index` command are forked: the worker's own, through
+`subprocess.Popen` (and so through the SDK's stdio client), and those of client processes the tests
+run (the TypeScript SDK, the Inspector, Python SDK client processes), which are given
+`launch_command()`, a small launcher that has this worker fork the server in its place (see below).
+And only those that exec would start the same way: no preexec_fn, no user or group change, closed
+descriptors, and the same interpreter settings from the environment (`PYTHON*`, and the locale
+LANG and LC_* give at start) as the zygote's. Everything else, a command under a prefix (`prlimit`,
+a Python `-c` wrapper) among them, is exec'd as before, as are the benchmark's servers and the wheel
+check of `.ci/run`. `CCWEB_TESTS_START=exec` turns forking off for a whole run.
 """
 
 from __future__ import annotations
@@ -77,16 +81,38 @@ PRELOAD = (
 )
 
 # Variables an interpreter reads as it starts; a request that differs in them is exec'd, except in
-# PYTHONPATH, which the fork applies as a start would (tests use it to install a sitecustomize).
-_AT_START = ("PYTHON", "LANG", "LC_")
+# those the fork applies as a start would: PYTHONPATH (tests use it to install a sitecustomize),
+# PYTHONUNBUFFERED and PYTHONDONTWRITEBYTECODE (a client that passes only a default environment, as
+# the Inspector does, drops them), and LANG and LC_* where the locale applied at start is the same.
+_AT_START = ("PYTHON",)
 _PATH = "PYTHONPATH"
+_UNBUFFERED, _NO_BYTECODE = "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"
+_APPLIED = (_PATH, _UNBUFFERED, _NO_BYTECODE)
 _RLIMITS = ("RLIMIT_NOFILE", "RLIMIT_FSIZE", "RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_NPROC", "RLIMIT_DATA")
 _MAX_FDS = 64
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 
 
 def _at_start(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(_AT_START) and k != _PATH}
+    settings = {k: v for k, v in env.items() if k.startswith(_AT_START) and k not in _APPLIED}
+    settings["LC_CTYPE"] = _ctype(env)
+    return settings
+
+
+def _coerced(env: dict[str, str]) -> dict[str, str]:
+    """The environment an interpreter started with `env` has: under the C locale (no LC_ALL, LC_CTYPE
+    or LANG naming another), it sets LC_CTYPE=C.UTF-8 itself (PEP 538) and runs in UTF-8."""
+    chosen = env.get("LC_ALL") or env.get("LC_CTYPE") or env.get("LANG") or "C"
+    if chosen in ("C", "POSIX") and not env.get("LC_ALL"):
+        return {**env, "LC_CTYPE": "C.UTF-8"}
+    return env
+
+
+def _ctype(env: dict[str, str]) -> str:
+    """The locale an interpreter started with `env` applies at start: LC_CTYPE's, which sets its
+    streams' encoding and error handler. The other categories are only variables in its environment."""
+    coerced = _coerced(env)
+    return coerced.get("LC_ALL") or coerced.get("LC_CTYPE") or coerced.get("LANG") or "C"
 
 
 # --- the test worker's side ----------------------------------------------------------------------
@@ -103,7 +129,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
         self.proc = subprocess.Popen(  # kept: it ends when the worker closes its end of the socket
-            [sys.executable, __file__, command, str(theirs.fileno())],
+            [sys.executable, os.path.abspath(__file__), command, str(theirs.fileno())],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=self._env,
         )  # fmt: skip
         theirs.close()
@@ -203,6 +229,7 @@ def request_for(
         "session": session,
         "group": group,
         "rlimits": {name: resource.getrlimit(getattr(resource, name)) for name in _RLIMITS},
+        "cpus": sorted(os.sched_getaffinity(0)),
         "sigmask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
         "ignored": _ignored_signals(),
     }
@@ -255,7 +282,7 @@ def install(command: str) -> None:
         argv = [os.fsdecode(a) for a in args] if isinstance(args, (list, tuple)) else []
         # Under a prefix that execs it (prlimit, a setrlimit wrapper) it has the prefix's pid; the
         # zygote, which is given the command's path, is not one of them.
-        ours = command in argv and argv[1:2] != [__file__]
+        ours = command in argv and os.path.abspath(__file__) not in argv  # nor the zygote, nor a launcher's client
         if argv[:1] == [command] and forking and executable is None and preexec_fn is None and close_fds and not shell \
                 and gid is None and gids is None and uid is None:  # fmt: skip
             environment = {os.fsdecode(k): os.fsdecode(v) for k, v in (os.environ if env is None else env).items()}
@@ -280,6 +307,154 @@ def install(command: str) -> None:
             started.append((self.pid, argv))
 
     subprocess.Popen._execute_child = execute_child  # type: ignore[attr-defined]
+
+
+# --- launches by other processes: the interop clients, the load test's client processes -----------
+# A client that starts its own server (the TypeScript SDK, the Inspector, a Python client process) is
+# given `launch_command()`: a small interpreter (-I -S: no site, no imports beyond the standard
+# library's core) that hands its standard descriptors and its process state to this worker over a
+# socket, and waits. The worker has the zygote fork the server, as for its own launches, then tells
+# the launcher how the server ended; the launcher ends the same way. Signals the client sends the
+# launcher are passed on; if the launcher is killed, so is the server. Whatever the zygote would not
+# start as exec would (a different interpreter setting, forking turned off, no worker listening), the
+# launcher execs the real command in its own place.
+
+_FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+_listeners: dict[str, str] = {}  # command -> the socket this worker listens on for its launches
+
+
+def launch_command(command: str) -> list[str]:
+    """A command line that any process of this user can run, with `command`'s arguments appended, to
+    start `command` forked by this worker's zygote (or exec'd where it would not be)."""
+    if os.environ.get(START_ENV, "fork") == "exec":
+        return [command]
+    with _starting:
+        if command not in _listeners:
+            _listeners[command] = _listen(command)
+    return [sys.executable, "-I", "-S", os.path.abspath(__file__), "launch", _listeners[command], command]
+
+
+def _listen(command: str) -> str:
+    import atexit
+    import shutil
+    import tempfile
+
+    where = tempfile.mkdtemp(prefix="ccweb-launch-")  # 0700: no other user reaches the socket
+    atexit.register(shutil.rmtree, where, ignore_errors=True)
+    path = os.path.join(where, "socket")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    server.bind(path)
+    server.listen(64)
+
+    def accept() -> None:
+        while True:
+            conn, _ = server.accept()
+            threading.Thread(target=_serve_launch, args=(conn, command), name="zygote-launch", daemon=True).start()
+
+    threading.Thread(target=accept, name="zygote-launches", daemon=True).start()
+    return path
+
+
+def _serve_launch(conn: socket.socket, command: str) -> None:
+    """One launcher's request: fork its server, tell it the pid, then how the server ended."""
+    with conn:
+        pid = _start_for_launcher(conn, command)
+        try:
+            if pid is None:
+                conn.send(pickle.dumps(("exec",)))
+                return
+            conn.send(pickle.dumps(("ok", pid)))
+        except OSError:
+            pass  # the launcher is gone: the server goes too, below
+        status = _wait_or_kill(pid, conn)
+        try:
+            conn.send(pickle.dumps(("exit", status)))
+        except OSError:
+            pass  # it was killed: nobody to tell
+
+
+def _start_for_launcher(conn: socket.socket, command: str) -> int | None:
+    """The forked server's pid, or None where the launcher must exec."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    if struct.unpack("3i", creds)[1] != os.getuid():
+        return None
+    message, ancillary, _flags, _addr = conn.recvmsg(1 << 20, socket.CMSG_SPACE(3 * struct.calcsize("i")))
+    fds = _received_fds(ancillary)
+    try:
+        request = pickle.loads(message)
+        argv, env = request["argv"], request["env"]
+        zygote = _zygote_for(command)
+        if zygote is None or len(fds) != 3 or argv[:1] != [command]:
+            return None
+        if not zygote.can_start(env) or _refused_by_exec(argv, env):
+            return None
+        try:
+            pid = zygote.start(request, fds)
+        except ZygoteFailed as exc:
+            _give_up(str(exc))
+            return None
+        except OSError:
+            return None  # exec, in the launcher, says it as exec says it
+        started.append((pid, argv))
+        return pid
+    finally:
+        for fd in fds:
+            os.close(fd)  # else the client would never see the server's stdout end
+
+
+def _received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    fds: list[int] = []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.extend(struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4]))
+    return fds
+
+
+def _wait_or_kill(pid: int, conn: socket.socket) -> int:
+    """The server's wait status; killed first if its launcher goes (it was killed: a signal it could
+    not pass on)."""
+    import select
+
+    watched = os.pidfd_open(pid)
+    try:
+        readable, _, _ = select.select([watched, conn], [], [])
+        if watched not in readable:
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        os.close(watched)
+    return os.waitpid(pid, 0)[1]
+
+
+def _launch(path: str, argv: list[str]) -> None:
+    """The launcher: become `argv` through the worker at `path`, or exec it."""
+    request = request_for(argv, dict(os.environ), [], None, -1, True, -1)
+    # Held until they can be passed on: a signal meanwhile reaches the server, not the launcher alone.
+    forwarded = {getattr(signal, name) for name in _FORWARDED} - set(request["ignored"])
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        conn.connect(path)
+        conn.sendmsg([pickle.dumps(request)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("3i", 0, 1, 2))])
+        reply = pickle.loads(conn.recv(1 << 16))
+    except (OSError, EOFError, pickle.UnpicklingError):
+        reply = ("exec",)
+    if reply[0] != "ok":
+        conn.close()
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.execv(argv[0], argv)
+    pid = reply[1]
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # the server's now: its client sees them end when the server ends
+        os.dup2(null, fd)
+    for number in forwarded:
+        signal.signal(number, lambda number, _frame: os.kill(pid, number))
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    message = conn.recv(1 << 16)
+    status = pickle.loads(message)[1] if message else 255 << 8  # the worker is gone
+    if os.WIFSIGNALED(status):
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status))
 
 
 # --- the zygote's side ---------------------------------------------------------------------------
@@ -361,7 +536,7 @@ def _become_process(request: dict[str, Any], fds: list[int], report_fd: int) -> 
     try:
         _place(fds, targets, keep=report)
         os.environ.clear()
-        os.environ.update(request["env"])
+        os.environ.update(_coerced(request["env"]))
         time.tzset()  # the C library read TZ when the zygote started
         try:
             os.chdir(request["cwd"])
@@ -374,6 +549,7 @@ def _become_process(request: dict[str, Any], fds: list[int], report_fd: int) -> 
             os.setpgid(0, request["group"])
         for name, limits in request["rlimits"].items():
             resource.setrlimit(getattr(resource, name), limits)
+        os.sched_setaffinity(0, request["cpus"])
         _signals(request["ignored"])
         signal.pthread_sigmask(signal.SIG_SETMASK, request["sigmask"])
     except OSError as exc:
@@ -416,15 +592,17 @@ def _place(fds: list[int], targets: list[int], keep: int) -> None:
                 pass  # the listing's own descriptor
 
 
-def _standard_streams() -> None:
+def _standard_streams(unbuffered: bool) -> None:
     """New sys.stdin, stdout and stderr on descriptors 0-2, made as the interpreter makes them at start
-    (a terminal or not decides line buffering); the zygote's, on its own 0-2, are let go."""
+    (a terminal or not decides line buffering; PYTHONUNBUFFERED leaves stdin buffered); the zygote's,
+    on its own 0-2, are let go. Encoding and error handler are the zygote's: `can_start` saw to it
+    that the request's locale is the same."""
     import io
 
     def stream(fd: int, like: Any) -> io.TextIOWrapper:
         write = fd != 0
         raw = io.FileIO(fd, "wb" if write else "rb", closefd=False)
-        if isinstance(like.buffer, io.FileIO):  # unbuffered (PYTHONUNBUFFERED, -u): the text layer writes through
+        if unbuffered and write:  # the text layer writes through
             return io.TextIOWrapper(raw, encoding=like.encoding, errors=like.errors, newline="\n", write_through=True)
         buffered: Any = io.BufferedWriter(raw) if write else io.BufferedReader(raw)
         line = write and (raw.isatty() or fd == 2)
@@ -440,7 +618,9 @@ def _become_interpreter(request: dict[str, Any]) -> None:
     import random
 
     random.seed()
-    _standard_streams()
+    env = request["env"]
+    _standard_streams(unbuffered=bool(env.get(_UNBUFFERED)))
+    sys.dont_write_bytecode = bool(env.get(_NO_BYTECODE))
     sys.argv = list(request["argv"])
     _python_path(request["env"].get(_PATH))
 
@@ -459,6 +639,8 @@ def _python_path(value: str | None) -> None:
 
 
 def main() -> None:
+    if sys.argv[1] == "launch":
+        _launch(sys.argv[2], sys.argv[3:])
     command, fd = sys.argv[1], int(sys.argv[2])
     # As for the console script: its own directory first on the path, not this one's.
     sys.path[0] = os.path.dirname(os.path.realpath(command))

@@ -25,7 +25,7 @@ from drive import Client, ts_sdk_version
 from test_http import SOURCE_HEADER, TOKEN, HttpServer, start_http_server, stop
 
 import reference
-from conftest import CCWEB_INDEX, Corpus, answer_of, session
+from conftest import Corpus, answer_of, client_launch, session
 from test_contract import same_answer
 
 INPUTS = "ccweb_list_user_inputs"
@@ -196,8 +196,8 @@ def stdio_command(corpus: Corpus, db: Path, source: str | None, mode: str | None
     env = {k: v for k, v in os.environ.items() if not k.startswith("CCWEB_")}
     if source is not None:
         env["CCWEB_SOURCE_SESSION_ID"] = source
-    args = ["serve", "--sessions-dir", str(corpus.path), "--db", str(db)]
-    return {"op": "connect", "transport": "stdio", "command": CCWEB_INDEX, "args": args, "env": env, "mode": mode}
+    command, *args = client_launch("serve", "--sessions-dir", str(corpus.path), "--db", str(db))
+    return {"op": "connect", "transport": "stdio", "command": command, "args": args, "env": env, "mode": mode}
 
 
 def http_command(server: HttpServer, source: str | None, mode: str | None, token: str | None = TOKEN) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from test_clients import CONVERSATIONS, INPUTS, ORACLES, SOURCE, WAIT, write_cor
 from test_http import SOURCE_HEADER, TOKEN, HttpServer, http_server
 
 import reference
-from conftest import CCWEB_INDEX, Corpus
+from conftest import CCWEB_INDEX, Corpus, client_launch
 from test_contract import without_cursor
 
 INSPECTOR = HERE / "node_modules" / "@modelcontextprotocol" / "inspector" / "clients" / "launcher" / "build" / "index.js"
@@ -87,11 +87,15 @@ def server(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 def stdio_target(corpus: Corpus, tmp_path: Path) -> list[str]:
-    return [CCWEB_INDEX, "serve", "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "index.sqlite")]
+    return client_launch("serve", "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "index.sqlite"))
 
 
 def test_strict_schema_check(corpus: Corpus, server: HttpServer, tmp_path: Path) -> None:
-    for target, headers in ((stdio_target(corpus, tmp_path), []), ([server.url], ["--header", f"Authorization: Bearer {TOKEN}"])):
+    # The installed command itself, exec'd by the Inspector with the few variables it passes (no LANG,
+    # no PYTHON*): the real start under a client's minimal environment.
+    assert CCWEB_INDEX is not None
+    exec_target = [CCWEB_INDEX, "serve", "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "index.sqlite")]
+    for target, headers in ((exec_target, []), ([server.url], ["--header", f"Authorization: Bearer {TOKEN}"])):
         run = inspector("--method", "tools/list", "--strict", *headers, target=target)
         # Its findings read `Warning: tool "..."` / `Error: tool "..."` (the server's own log shares stderr).
         assert run.returncode == 0 and not re.search(r"(Warning|Error): tool", run.stderr), run.stderr

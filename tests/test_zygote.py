@@ -1,0 +1,71 @@
+"""The tests' own way of starting servers (tests/zygote.py): what a client process sees through the
+launcher is what it sees when it execs `ccweb-index`, and the launch is really forked (else the suite
+would silently pay a full start for every interop server)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+import zygote
+
+from conftest import CCWEB_INDEX, Corpus, client_launch, server_pid, session, wait_until
+
+pytestmark = pytest.mark.skipif(os.environ.get(zygote.START_ENV) == "exec", reason="forking is turned off")
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_launch_ends_and_speaks_as_exec(tmp_path: Path) -> None:
+    """Exit status, stdout and stderr of a forked start equal the exec'd command's."""
+    assert CCWEB_INDEX is not None
+    for args in (["--help"], ["no-such-command"]):
+        launched = subprocess.run(client_launch(*args), capture_output=True, text=True, timeout=60)
+        execd = subprocess.run([CCWEB_INDEX, *args], capture_output=True, text=True, timeout=60)
+        assert (launched.returncode, launched.stdout, launched.stderr) == (execd.returncode, execd.stdout, execd.stderr)
+        assert any(argv == [CCWEB_INDEX, *args] for _, argv in zygote.started), "the launch was exec'd, not forked"
+
+
+INITIALIZE = (
+    b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", '
+    b'"capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}\n'
+)
+
+
+def launched_server(corpus: Corpus, db: Path) -> tuple[subprocess.Popen[bytes], int]:
+    corpus.write("a", session("hello"))
+    command = client_launch("serve", "--sessions-dir", str(corpus.path), "--db", str(db))
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert wait_until(lambda: any(os.fsdecode(db) in argv for _, argv in zygote.started), 30), "no server was forked"
+    return proc, server_pid(db)
+
+
+def test_a_signal_to_the_launcher_reaches_the_server(corpus: Corpus, tmp_path: Path) -> None:
+    proc, pid = launched_server(corpus, tmp_path / "index.sqlite")
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(INITIALIZE)
+    proc.stdin.flush()
+    assert b'"serverInfo"' in proc.stdout.readline()  # it runs: its SIGTERM handler is set
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 0  # a stdio server's answer to SIGTERM (server/stop.py), passed on
+    assert wait_until(lambda: gone(pid), 10)
+
+
+def test_a_killed_launcher_takes_its_server_along(corpus: Corpus, tmp_path: Path) -> None:
+    proc, pid = launched_server(corpus, tmp_path / "index.sqlite")
+    proc.kill()
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    assert wait_until(lambda: gone(pid), 10)  # although its stdin is still open
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.close()
+    proc.stdout.close()
