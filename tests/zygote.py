@@ -348,7 +348,11 @@ def _listen(command: str) -> str:
 
     def accept() -> None:
         while True:
-            conn, _ = server.accept()
+            try:
+                conn, _ = server.accept()
+            except OSError:  # out of descriptors, say: a launcher waiting meanwhile is served after
+                time.sleep(0.1)
+                continue
             threading.Thread(target=_serve_launch, args=(conn, command), name="zygote-launch", daemon=True).start()
 
     threading.Thread(target=accept, name="zygote-launches", daemon=True).start()
@@ -415,7 +419,10 @@ def _wait_or_kill(pid: int, conn: socket.socket) -> int:
     not pass on)."""
     import select
 
-    watched = os.pidfd_open(pid)
+    try:
+        watched = os.pidfd_open(pid)
+    except OSError:  # a kernel without pidfds: the server is waited for, launcher or not
+        return os.waitpid(pid, 0)[1]
     try:
         readable, _, _ = select.select([watched, conn], [], [])
         if watched not in readable:
