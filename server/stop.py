@@ -72,18 +72,23 @@ async def exit_on_sigterm(
     out, `close`, and exit 0."""
     # The receiver stays open to the end: closing it would put back SIGTERM's default action, and a
     # second SIGTERM from an impatient supervisor would then kill the process mid-drain (status 143).
+    received = False
     try:
         with anyio.open_signal_receiver(signal.SIGTERM) as signals:
             async for _ in signals:
+                received = True
                 break
             await _drain(write_stream, end_waits)
             _leave(close)
     finally:
-        # Cancelled: the client closed stdin and the process is on its way out, closing the index
-        # (which waits for a first pass under way). The receiver has put back SIGTERM's default
-        # action; a SIGTERM now (the SDK clients send one when the exit takes long) leaves at once
-        # with 0 instead, as it does before the server runs.
-        signal.signal(signal.SIGTERM, lambda *_: _leave(close))
+        # Cancelled: the client closed stdin and the process is on its way out.
+        if received:  # in the drain: nobody is left to answer, and the stop was asked for
+            _leave(close)
+        # Else it closes the service next, which waits for a first pass under way. The receiver has
+        # put back SIGTERM's default action; a SIGTERM now (the SDK clients send one when the exit
+        # takes long) leaves at once with 0 instead, as before the server runs, without closing
+        # again what the process is closing.
+        signal.signal(signal.SIGTERM, lambda *_: _leave(lambda: None))
 
 
 def _leave(close: Callable[[], None]) -> NoReturn:

@@ -20,6 +20,8 @@ from typing import Any
 import mcp_types
 import pytest
 
+from ccweb_index.server.from_index import LOCK_WAIT_SECONDS
+
 from conftest import CCWEB_INDEX, Corpus, session
 from faults import clean_env
 
@@ -41,11 +43,11 @@ service.Service.call = slow_call
 
 
 class Server:
-    def __init__(self, tmp_path: Path, corpus: Corpus, args: tuple[str, ...]) -> None:
+    def __init__(self, tmp_path: Path, corpus: Corpus, args: tuple[str, ...], more_hooks: str = "") -> None:
         self.marker = tmp_path / "call-began"
         hooks = tmp_path / "hooks"
         hooks.mkdir()
-        (hooks / "sitecustomize.py").write_text(SLOW_CALLS.format(marker=str(self.marker)))
+        (hooks / "sitecustomize.py").write_text(SLOW_CALLS.format(marker=str(self.marker)) + more_hooks)
         self.log = tmp_path / "server.log"
         command = [CCWEB_INDEX, "serve", "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "i.sqlite"), *args]
         with open(self.log, "w") as errlog:
@@ -237,3 +239,31 @@ def test_sigterm_during_the_first_indexing_pass_exits_at_once(tmp_path: Path, co
             proc.wait()
         assert proc.stdin is not None
         proc.stdin.close()
+
+
+def test_a_stop_in_the_drain_is_kept_when_the_client_closes_stdin(tmp_path: Path, corpus: Corpus) -> None:
+    """SIGTERM while a call is in flight, then the client closes stdin (a supervisor that stops its
+    pipes too): the stop asked for is done at once, not after the first pass, which the closing of the
+    service would wait for."""
+    corpus.write("w1", session("hello"))
+    pass_began = tmp_path / "pass-began"
+    server = Server(tmp_path, corpus, ("--no-watch",), more_hooks=SLOW_FIRST_PASS.format(marker=str(pass_began)))
+    try:
+        deadline = time.monotonic() + 30
+        while not pass_began.exists():
+            assert time.monotonic() < deadline, "the first pass never began"
+            time.sleep(0.01)
+        server.initialize()
+        server.send("tools/call", {"name": "ccweb_list_user_inputs", "arguments": {"conversationId": "w1"}})
+        while not server.marker.exists():
+            assert time.monotonic() < deadline, "the call never began"
+            time.sleep(0.01)
+        os.kill(server.proc.pid, signal.SIGTERM)
+        assert server.proc.stdin is not None
+        server.proc.stdin.close()
+        # The call is answered (held, then from the files once the index stays locked), then at once;
+        # not after the first pass's minute.
+        code = server.exit_code_within(HOLD_SECONDS + LOCK_WAIT_SECONDS + 5)
+        assert code == 0, (code, server.log.read_text())
+    finally:
+        server.kill()

@@ -30,9 +30,10 @@ def test_a_launch_ends_and_speaks_as_exec(tmp_path: Path) -> None:
     assert CCWEB_INDEX is not None
     for args in (["--help"], ["no-such-command"]):
         launched = subprocess.run(client_launch(*args), capture_output=True, text=True, timeout=60)
-        execd = subprocess.run([CCWEB_INDEX, *args], capture_output=True, text=True, timeout=60)
+        assert any(argv == [CCWEB_INDEX, *args] for _, argv in zygote.launched), "the launch was exec'd, not forked"
+        # `executable` given: the worker's own launch is exec'd too (tests/zygote.py, install)
+        execd = subprocess.run([CCWEB_INDEX, *args], executable=CCWEB_INDEX, capture_output=True, text=True, timeout=60)
         assert (launched.returncode, launched.stdout, launched.stderr) == (execd.returncode, execd.stdout, execd.stderr)
-        assert any(argv == [CCWEB_INDEX, *args] for _, argv in zygote.started), "the launch was exec'd, not forked"
 
 
 INITIALIZE = (
@@ -41,16 +42,19 @@ INITIALIZE = (
 )
 
 
-def launched_server(corpus: Corpus, db: Path) -> tuple[subprocess.Popen[bytes], int]:
+def launched_server(corpus: Corpus, db: Path, sigterm_ignored: bool = False) -> tuple[subprocess.Popen[bytes], int]:
     corpus.write("a", session("hello"))
     command = client_launch("serve", "--sessions-dir", str(corpus.path), "--db", str(db))
-    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert wait_until(lambda: any(os.fsdecode(db) in argv for _, argv in zygote.started), 30), "no server was forked"
+    ignore = (lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN)) if sigterm_ignored else None
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, preexec_fn=ignore)
+    assert wait_until(lambda: any(os.fsdecode(db) in argv for _, argv in zygote.launched), 30), "no server was forked"
     return proc, server_pid(db)
 
 
-def test_a_signal_to_the_launcher_reaches_the_server(corpus: Corpus, tmp_path: Path) -> None:
-    proc, pid = launched_server(corpus, tmp_path / "index.sqlite")
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_a_signal_to_the_launcher_reaches_the_server(corpus: Corpus, tmp_path: Path, inherited: str) -> None:
+    """Ignored by the launcher's launcher or not: the server takes SIGTERM itself, exec'd or forked."""
+    proc, pid = launched_server(corpus, tmp_path / "index.sqlite", sigterm_ignored=inherited == "ignored")
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(INITIALIZE)
     proc.stdin.flush()
@@ -66,6 +70,15 @@ def test_a_killed_launcher_takes_its_server_along(corpus: Corpus, tmp_path: Path
     proc.kill()
     assert proc.wait(timeout=30) == -signal.SIGKILL
     assert wait_until(lambda: gone(pid), 10)  # although its stdin is still open
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.close()
+    proc.stdout.close()
+
+
+def test_the_launcher_ends_by_the_signal_that_ended_its_server(corpus: Corpus, tmp_path: Path) -> None:
+    proc, pid = launched_server(corpus, tmp_path / "index.sqlite")
+    os.kill(pid, signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.close()
     proc.stdout.close()

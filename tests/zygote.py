@@ -7,7 +7,7 @@ interpreter of the same venv that has imported those third-party modules, holds 
 files and none of this project's modules, and forks on request. The fork then becomes what exec
 would have made, in the order a launch makes it: the request's descriptors on their numbers and
 nothing else open, its environment (TZ included), working directory, umask, session or process
-group, resource limits, CPU affinity, signal dispositions (what the test worker ignores stays
+group, resource limits, CPU affinity and niceness, signal dispositions (what the test worker ignores stays
 ignored) and mask. Only then does `Popen` return; what exec would refuse (a missing directory) is
 raised by `Popen` as exec's error. Then the interpreter's own state: `sys.argv`, standard streams
 shaped as at a start (buffered or not), bytecode writing, PYTHONPATH; it imports `ccweb_index` itself fresh, so that settings read from the
@@ -88,7 +88,9 @@ _AT_START = ("PYTHON",)
 _PATH = "PYTHONPATH"
 _UNBUFFERED, _NO_BYTECODE = "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"
 _APPLIED = (_PATH, _UNBUFFERED, _NO_BYTECODE)
-_RLIMITS = ("RLIMIT_NOFILE", "RLIMIT_FSIZE", "RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_NPROC", "RLIMIT_DATA")
+_RLIMITS = ("RLIMIT_NOFILE", "RLIMIT_FSIZE", "RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_NPROC", "RLIMIT_DATA", "RLIMIT_STACK",
+            "RLIMIT_CPU", "RLIMIT_MEMLOCK", "RLIMIT_MSGQUEUE", "RLIMIT_NICE", "RLIMIT_RSS", "RLIMIT_RTPRIO",
+            "RLIMIT_SIGPENDING", "RLIMIT_LOCKS", "RLIMIT_RTTIME")  # fmt: skip
 _MAX_FDS = 64
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 
@@ -228,8 +230,9 @@ def request_for(
         "umask": umask if umask >= 0 else _umask(),
         "session": session,
         "group": group,
-        "rlimits": {name: resource.getrlimit(getattr(resource, name)) for name in _RLIMITS},
+        "rlimits": {name: resource.getrlimit(getattr(resource, name)) for name in _RLIMITS if hasattr(resource, name)},
         "cpus": sorted(os.sched_getaffinity(0)),
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
         "sigmask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
         "ignored": _ignored_signals(),
     }
@@ -245,6 +248,8 @@ _zygote: Zygote | None = None
 _broken: str | None = None
 # Every ccweb-index process this worker started, forked or exec'd: (pid, argv), newest last.
 started: list[tuple[int, list[str]]] = []
+# Those of them forked for a launcher (`launch_command`).
+launched: list[tuple[int, list[str]]] = []
 
 
 def _give_up(why: str) -> None:
@@ -320,7 +325,7 @@ def install(command: str) -> None:
 # launcher execs the real command in its own place.
 
 _FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
-_listeners: dict[str, str] = {}  # command -> the socket this worker listens on for its launches
+_listeners: dict[str, str | None] = {}  # command -> the socket this worker listens on for its launches
 
 
 def launch_command(command: str) -> list[str]:
@@ -330,8 +335,13 @@ def launch_command(command: str) -> list[str]:
         return [command]
     with _starting:
         if command not in _listeners:
-            _listeners[command] = _listen(command)
-    return [sys.executable, "-I", "-S", os.path.abspath(__file__), "launch", _listeners[command], command]
+            try:
+                _listeners[command] = _listen(command)
+            except OSError as exc:  # a socket path too long for AF_UNIX (a long TMPDIR), say
+                print(f"tests/zygote.py: client processes exec ccweb-index: {exc}", file=sys.stderr)
+                _listeners[command] = None
+    listener = _listeners[command]
+    return [command] if listener is None else [sys.executable, "-I", "-S", os.path.abspath(__file__), "launch", listener, command]
 
 
 def _listen(command: str) -> str:
@@ -382,7 +392,9 @@ def _start_for_launcher(conn: socket.socket, command: str) -> int | None:
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     if struct.unpack("3i", creds)[1] != os.getuid():
         return None
-    message, ancillary, _flags, _addr = conn.recvmsg(1 << 20, socket.CMSG_SPACE(3 * struct.calcsize("i")))
+    message, ancillary, _flags, _addr = conn.recvmsg(
+        1 << 20, socket.CMSG_SPACE(3 * struct.calcsize("i")), socket.MSG_CMSG_CLOEXEC
+    )
     fds = _received_fds(ancillary)
     try:
         request = pickle.loads(message)
@@ -400,6 +412,7 @@ def _start_for_launcher(conn: socket.socket, command: str) -> int | None:
         except OSError:
             return None  # exec, in the launcher, says it as exec says it
         started.append((pid, argv))
+        launched.append((pid, argv))
         return pid
     finally:
         for fd in fds:
@@ -415,18 +428,30 @@ def _received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
 
 
 def _wait_or_kill(pid: int, conn: socket.socket) -> int:
-    """The server's wait status; killed first if its launcher goes (it was killed: a signal it could
-    not pass on)."""
+    """The server's wait status. Meanwhile the signals its launcher passes on are sent to it, and it
+    is killed if the launcher goes (the launcher was killed: a signal it could not pass on)."""
     import select
 
     try:
         watched = os.pidfd_open(pid)
     except OSError:  # a kernel without pidfds: the server is waited for, launcher or not
         return os.waitpid(pid, 0)[1]
+    poller = select.poll()
+    poller.register(watched, select.POLLIN)
+    poller.register(conn, select.POLLIN)
     try:
-        readable, _, _ = select.select([watched, conn], [], [])
-        if watched not in readable:
-            os.kill(pid, signal.SIGKILL)
+        while watched not in {fd for fd, _ in poller.poll()}:
+            try:
+                message = conn.recv(64)
+            except OSError:
+                message = b""
+            number = struct.unpack("i", message)[0] if len(message) == 4 else signal.SIGKILL
+            try:
+                signal.pidfd_send_signal(watched, number)  # not yet reaped: still this server
+            except ProcessLookupError:
+                pass
+            if not message:
+                break
     finally:
         os.close(watched)
     return os.waitpid(pid, 0)[1]
@@ -436,7 +461,9 @@ def _launch(path: str, argv: list[str]) -> None:
     """The launcher: become `argv` through the worker at `path`, or exec it."""
     request = request_for(argv, dict(os.environ), [], None, -1, True, -1)
     # Held until they can be passed on: a signal meanwhile reaches the server, not the launcher alone.
-    forwarded = {getattr(signal, name) for name in _FORWARDED} - set(request["ignored"])
+    # All of them, even those the launcher inherited ignored: the server's own dispositions decide
+    # (it takes SIGTERM whatever it inherited, as an exec'd one does).
+    forwarded = {getattr(signal, name) for name in _FORWARDED}
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
@@ -449,18 +476,34 @@ def _launch(path: str, argv: list[str]) -> None:
         conn.close()
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.execv(argv[0], argv)
-    pid = reply[1]
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # the server's now: its client sees them end when the server ends
         os.dup2(null, fd)
+
+    def pass_on(number: int, _frame: Any) -> None:
+        # Through the worker, which signals the server by its pidfd until it has reaped it: a pid
+        # this process used could by then be another process's.
+        try:
+            conn.send(struct.pack("i", number))
+        except OSError:
+            pass  # the worker is gone
+
     for number in forwarded:
-        signal.signal(number, lambda number, _frame: os.kill(pid, number))
+        signal.signal(number, pass_on)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     message = conn.recv(1 << 16)
-    status = pickle.loads(message)[1] if message else 255 << 8  # the worker is gone
+    _end_as(pickle.loads(message)[1] if message else 255 << 8)  # no message: the worker is gone
+
+
+def _end_as(status: int) -> None:
+    """Exit as a process that ended with wait status `status` (the launcher's server) did."""
     if os.WIFSIGNALED(status):
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-        os.kill(os.getpid(), os.WTERMSIG(status))
+        number = os.WTERMSIG(status)
+        if number not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(number, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [number])  # the client may have blocked it
+        os.kill(os.getpid(), number)
+        os._exit(128 + number)  # not delivered: as a shell reports it
     os._exit(os.waitstatus_to_exitcode(status))
 
 
@@ -557,6 +600,7 @@ def _become_process(request: dict[str, Any], fds: list[int], report_fd: int) -> 
         for name, limits in request["rlimits"].items():
             resource.setrlimit(getattr(resource, name), limits)
         os.sched_setaffinity(0, request["cpus"])
+        os.setpriority(os.PRIO_PROCESS, 0, request["nice"])
         _signals(request["ignored"])
         signal.pthread_sigmask(signal.SIG_SETMASK, request["sigmask"])
     except OSError as exc:
@@ -606,18 +650,23 @@ def _standard_streams(unbuffered: bool) -> None:
     that the request's locale is the same."""
     import io
 
-    def stream(fd: int, like: Any) -> io.TextIOWrapper:
-        write = fd != 0
-        raw = io.FileIO(fd, "wb" if write else "rb", closefd=False)
-        if unbuffered and write:  # the text layer writes through
-            return io.TextIOWrapper(raw, encoding=like.encoding, errors=like.errors, newline="\n", write_through=True)
-        buffered: Any = io.BufferedWriter(raw) if write else io.BufferedReader(raw)
-        line = write and (raw.isatty() or fd == 2)
-        return io.TextIOWrapper(buffered, encoding=like.encoding, errors=like.errors, newline="\n", line_buffering=line)
+    def stream(fd: int, name: str, like: Any) -> io.TextIOWrapper:
+        # CPython's create_stdio: unbuffered writes go straight to the raw file (the text layer
+        # writes through); else buffered as open() buffers (st_blksize).
+        mode = "wb" if fd != 0 else "rb"
+        buffering = 0 if unbuffered and fd != 0 else -1
+        buffer: Any = open(fd, mode, buffering=buffering, closefd=False)
+        raw = buffer if buffering == 0 else buffer.raw
+        raw.name = f"<{name}>"
+        line = not unbuffered and (raw.isatty() or fd == 2)
+        text = io.TextIOWrapper(buffer, encoding=like.encoding, errors=like.errors, newline="\n",
+                                line_buffering=line, write_through=unbuffered)  # fmt: skip
+        text.mode = mode[0]
+        return text
 
-    sys.stdin = sys.__stdin__ = stream(0, sys.__stdin__)
-    sys.stdout = sys.__stdout__ = stream(1, sys.__stdout__)
-    sys.stderr = sys.__stderr__ = stream(2, sys.__stderr__)
+    sys.stdin = sys.__stdin__ = stream(0, "stdin", sys.__stdin__)
+    sys.stdout = sys.__stdout__ = stream(1, "stdout", sys.__stdout__)
+    sys.stderr = sys.__stderr__ = stream(2, "stderr", sys.__stderr__)
 
 
 def _become_interpreter(request: dict[str, Any]) -> None:
