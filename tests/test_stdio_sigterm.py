@@ -22,7 +22,7 @@ import pytest
 
 from ccweb_index.server.from_index import LOCK_WAIT_SECONDS
 
-from conftest import CCWEB_INDEX, Corpus, session
+from conftest import CCWEB_INDEX, Corpus, session, wait_until
 from faults import clean_env
 
 HOLD_SECONDS = 0.5
@@ -228,9 +228,7 @@ def test_sigterm_during_the_first_indexing_pass_exits_at_once(tmp_path: Path, co
         if when == "after-stdin-closed":
             assert proc.stdin is not None
             proc.stdin.close()
-            while not closing.exists():
-                assert time.monotonic() < deadline, "the server never began to close"
-                time.sleep(0.01)
+            assert wait_until(closing.exists, 30), "the server never began to close"
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=2.0) == 0, log.read_text()
     finally:
@@ -249,15 +247,10 @@ def test_a_stop_in_the_drain_is_kept_when_the_client_closes_stdin(tmp_path: Path
     pass_began = tmp_path / "pass-began"
     server = Server(tmp_path, corpus, ("--no-watch",), more_hooks=SLOW_FIRST_PASS.format(marker=str(pass_began)))
     try:
-        deadline = time.monotonic() + 30
-        while not pass_began.exists():
-            assert time.monotonic() < deadline, "the first pass never began"
-            time.sleep(0.01)
+        assert wait_until(pass_began.exists, 30), "the first pass never began"
         server.initialize()
         server.send("tools/call", {"name": "ccweb_list_user_inputs", "arguments": {"conversationId": "w1"}})
-        while not server.marker.exists():
-            assert time.monotonic() < deadline, "the call never began"
-            time.sleep(0.01)
+        assert wait_until(server.marker.exists, 30), "the call never began"
         os.kill(server.proc.pid, signal.SIGTERM)
         assert server.proc.stdin is not None
         server.proc.stdin.close()

@@ -173,8 +173,7 @@ class Zygote:
         if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             raise ZygoteFailed(f"prctl(PR_SET_CHILD_SUBREAPER): errno {ctypes.get_errno()}")
         try:
-            ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
-            self._sock.sendmsg([pickle.dumps(request)], ancillary)
+            self._sock.sendmsg([pickle.dumps(request)], _sent_fds(fds))
             reply: tuple[Any, ...] = pickle.loads(self._sock.recv(1 << 16))
         except BaseException as exc:
             self._sock.close()
@@ -419,6 +418,11 @@ def _start_for_launcher(conn: socket.socket, command: str) -> int | None:
             os.close(fd)  # else the client would never see the server's stdout end
 
 
+def _sent_fds(fds: list[int]) -> list[tuple[int, int, bytes]]:
+    """The ancillary data that passes `fds` along with a message (`_received_fds` reads it)."""
+    return [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
+
+
 def _received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
     fds: list[int] = []
     for level, kind, data in ancillary:
@@ -468,7 +472,7 @@ def _launch(path: str, argv: list[str]) -> None:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         conn.connect(path)
-        conn.sendmsg([pickle.dumps(request)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("3i", 0, 1, 2))])
+        conn.sendmsg([pickle.dumps(request)], _sent_fds([0, 1, 2]))
         reply = pickle.loads(conn.recv(1 << 16))
     except (OSError, EOFError, pickle.UnpicklingError):
         reply = ("exec",)
@@ -528,10 +532,7 @@ def _serve(sock: socket.socket) -> dict[str, Any]:
         message, ancillary, _flags, _addr = sock.recvmsg(1 << 20, space)
         if not message:
             os._exit(0)  # the worker is gone
-        fds: list[int] = []
-        for level, kind, data in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.extend(struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4]))
+        fds = _received_fds(ancillary)
         request = pickle.loads(message)
         reply = _fork_twice(request, fds, sock)
         if reply is None:
