@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from ccweb_index.indexer import db as dbmod
+from ccweb_index.indexer import stored
 from ccweb_index.migrations import migrations
 from ccweb_index.server.service import Service
 
@@ -285,15 +286,34 @@ def test_a_call_kept_from_the_index_by_its_own_process_answers_from_the_files(
     assert "Traceback" not in caplog.text
 
 
-@pytest.mark.parametrize("limit", [0, 256 * 1024], ids=["no-room-at-all", "room-for-part"])
-def test_disk_full_under_the_index(tmp_path: Path, limit: int) -> None:
-    """RLIMIT_FSIZE makes writes past `limit` bytes fail, as a full disk does: with no room, the index
-    cannot even be created; with room for part, it is created but cannot take the ~700 KB of inputs
-    (its watcher's first reconcile fails, and must not be lost: it is done once there is room)."""
+def room_for_a_new_index(tmp_path: Path) -> int:
+    """The largest file that creating an empty index writes (its WAL, as the migrations leave it)."""
+    scratch = tmp_path / "scratch"
+    (scratch / "sessions").mkdir(parents=True)
+    index = dbmod.open_handle(scratch / "index" / "index.sqlite", str(scratch / "sessions"))
+    try:
+        return max(path.stat().st_size for path in (scratch / "index").iterdir())
+    finally:
+        index.close()
+
+
+# What each limit lets the server do, as the first (and only) thing it says about the index.
+NO_ROOM, ROOM_FOR_PART = "cannot open the index", "cannot be used"
+
+
+@pytest.mark.parametrize("room", [NO_ROOM, ROOM_FOR_PART], ids=["no-room-at-all", "room-for-part"])
+def test_disk_full_under_the_index(tmp_path: Path, room: str) -> None:
+    """RLIMIT_FSIZE makes writes past a size fail, as a full disk does: with no room, the index cannot
+    even be created; with room for part, it is created but cannot take the inputs (its watcher's first
+    reconcile fails, and must not be lost: it is done once there is room)."""
+    # Room for part: a new index fits, with a margin; the inputs' stored heads take twice that.
+    limit = 0 if room == NO_ROOM else room_for_a_new_index(tmp_path) * 5 // 4
     corpus = Corpus(tmp_path / "sessions")
     make_corpus(corpus, sessions=40)
-    for n in range(40):  # enough text that the index cannot hold it within the limit
-        corpus.write(f"bulk{n}", session(*[f"bulk{n} {k} " + "x" * 2000 for k in range(8)], updated="2026-09-01T00:00:00Z"))
+    bulk = 2 * limit // (40 * stored.STORED_INPUT_CHARS) + 1  # inputs per bulk session
+    filler = "x" * 2 * stored.STORED_INPUT_CHARS
+    for n in range(40):
+        corpus.write(f"bulk{n}", session(*[f"bulk{n} {k} {filler}" for k in range(bulk)], updated="2026-09-01T00:00:00Z"))
     db = tmp_path / "index" / "index.sqlite"
     log = PipeLog()  # its stderr must not be a file: the limit would apply to it
     with stdio_client_for(corpus.path, db, source=SOURCE, errlog=log.file, prefix=rlimit_prefix(limit)) as client:
@@ -303,7 +323,7 @@ def test_disk_full_under_the_index(tmp_path: Path, limit: int) -> None:
         text = log.text
         assert "Traceback" not in text, text[-3000:]
         says = [line for line in text.splitlines() if "answering from the session files" in line]
-        assert len(says) == 1, text[-3000:]
+        assert len(says) == 1 and room in says[0], text[-3000:]
         # Room again: the index is used (and filled) again.
         resource.prlimit(server_pid(db), resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
 
