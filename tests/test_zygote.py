@@ -82,3 +82,25 @@ def test_the_launcher_ends_by_the_signal_that_ended_its_server(corpus: Corpus, t
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.close()
     proc.stdout.close()
+
+
+PROBE = str(Path(__file__).resolve().parent / "zygote_probe.py")
+
+
+@pytest.mark.parametrize("ending", ["0", "3", "raise"])
+def test_a_test_script_is_forked_and_runs_as_exec_runs_it(ending: str) -> None:
+    """`python tests/SCRIPT ...` (the SDK client processes): the same `__name__`, `__file__`, argv,
+    path, descriptors, streams and ending as the script exec'd."""
+    import sys
+
+    forked = subprocess.run([sys.executable, PROBE, ending], input="hello", capture_output=True, text=True, timeout=60)
+    assert any(argv == [sys.executable, PROBE, ending] for _, argv in zygote.scripts), "the script was exec'd, not forked"
+    execd = subprocess.run([sys.executable, PROBE, ending], executable=sys.executable, input="hello",
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (forked.returncode, forked.stdout) == (execd.returncode, execd.stdout)
+    assert forked.stdout.split()[0] == "__main__" and forked.stdout.endswith("HELLO")
+    if ending == "raise":  # the traceback's frames differ (the zygote's), its end does not
+        assert forked.stderr.endswith("RuntimeError: raised by the probe\n") and forked.returncode == 1
+        assert execd.stderr.endswith("RuntimeError: raised by the probe\n")
+    else:
+        assert forked.stderr == execd.stderr == "on stderr\n"

@@ -27,7 +27,10 @@ Only launches of the installed `ccweb-index` command are forked: the worker's ow
 `subprocess.Popen` (and so through the SDK's stdio client), and those of client processes the tests
 run (the TypeScript SDK, the Inspector, Python SDK client processes), which are given
 `launch_command()`, a small launcher that has this worker fork the server in its place (see below).
-And only those that exec would start the same way: no preexec_fn, no user or group change, closed
+So are the worker's own starts of the tests' Python scripts (`python tests/.../SCRIPT.py ARGS`, no
+options: the Python SDK client processes, the load test's and tests/test_http.py's), which import
+the same SDK: the fork runs the script as `__main__` (runpy) with the script's directory first on
+its path, and `sys.argv` as `python` would set it. And only those that exec would start the same way: no preexec_fn, no user or group change, closed
 descriptors, and the same interpreter settings from the environment (`PYTHON*`, and the locale
 LANG and LC_* give at start) as the zygote's. Everything else, a command under a prefix (`prlimit`,
 a Python `-c` wrapper) among them, is exec'd as before, as are the benchmark's servers and the wheel
@@ -196,6 +199,21 @@ def _parent_of(pid: int) -> int | None:
         return None  # no entry: not even a zombie waiting for its parent
 
 
+_TESTS = os.path.dirname(os.path.realpath(__file__))
+
+
+def _test_script(argv: list[str]) -> str | None:
+    """The script of `python SCRIPT ARGS...` when it is one of the tests' own (the Python SDK client
+    processes, the load test's and tests/test_http.py's client processes), run by this interpreter
+    with no options: the zygote has imported most of what they import (the SDK). Else None."""
+    if len(argv) < 2 or argv[0] != sys.executable or not os.path.isabs(argv[1]) or not argv[1].endswith(".py"):
+        return None
+    path = os.path.realpath(argv[1])
+    if path == os.path.realpath(__file__):  # the zygote itself, started by `_zygote_for`
+        return None
+    return argv[1] if path.startswith(_TESTS + os.sep) and os.path.isfile(path) else None
+
+
 def _refused_by_exec(argv: list[str], env: dict[str, str]) -> bool:
     """What exec refuses (a NUL in an argument or the environment, `=` in a name) is left to exec, so
     that the caller gets its error, not a process that dies."""
@@ -249,6 +267,8 @@ _broken: str | None = None
 started: list[tuple[int, list[str]]] = []
 # Those of them forked for a launcher (`launch_command`).
 launched: list[tuple[int, list[str]]] = []
+# The tests' own Python scripts this worker started forked (`_test_script`): (pid, argv).
+scripts: list[tuple[int, list[str]]] = []
 
 
 def _give_up(why: str) -> None:
@@ -287,14 +307,16 @@ def install(command: str) -> None:
         # Under a prefix that execs it (prlimit, a setrlimit wrapper) it has the prefix's pid; the
         # zygote, which is given the command's path, is not one of them.
         ours = command in argv and os.path.abspath(__file__) not in argv  # nor the zygote, nor a launcher's client
-        if argv[:1] == [command] and forking and executable is None and preexec_fn is None and close_fds and not shell \
-                and gid is None and gids is None and uid is None:  # fmt: skip
+        script = _test_script(argv)
+        if (argv[:1] == [command] or script is not None) and forking and executable is None and preexec_fn is None \
+                and close_fds and not shell and gid is None and gids is None and uid is None:  # fmt: skip
             environment = {os.fsdecode(k): os.fsdecode(v) for k, v in (os.environ if env is None else env).items()}
             zygote = _zygote_for(command)
             if zygote is not None and zygote.can_start(environment) and not _refused_by_exec(argv, environment):
                 fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
                        errwrite if errwrite != -1 else 2, *pass_fds]  # fmt: skip
                 request = request_for(argv, environment, pass_fds, cwd, umask, start_new_session, process_group)
+                request["script"] = script
                 try:
                     self.pid = zygote.start(request, fds)
                 except ZygoteFailed as exc:
@@ -302,7 +324,7 @@ def install(command: str) -> None:
                 else:
                     self._child_created = True
                     self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
-                    started.append((self.pid, request["argv"]))
+                    (started if script is None else scripts).append((self.pid, request["argv"]))
                     return
         exec_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo, creationflags,
                    shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, restore_signals, gid, gids,
@@ -678,7 +700,10 @@ def _become_interpreter(request: dict[str, Any]) -> None:
     env = request["env"]
     _standard_streams(unbuffered=bool(env.get(_UNBUFFERED)))
     sys.dont_write_bytecode = bool(env.get(_NO_BYTECODE))
-    sys.argv = list(request["argv"])
+    script = request.get("script")
+    sys.argv = list(request["argv"][1:] if script is not None else request["argv"])
+    if script is not None:  # `python SCRIPT`: the script's own directory first on the path
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
     _python_path(request["env"].get(_PATH))
 
 
@@ -710,6 +735,11 @@ def main() -> None:
     sock.send(b"ready")
     request = _serve(sock)
     _become_interpreter(request)
+    if request.get("script") is not None:
+        import runpy
+
+        runpy.run_path(request["script"], run_name="__main__")
+        return
     from ccweb_index.server.cli import main as cli_main
 
     sys.argv[0] = sys.argv[0].removesuffix(".exe")
