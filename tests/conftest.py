@@ -34,9 +34,6 @@ def _installed_command() -> str | None:
 
 
 CCWEB_INDEX = _installed_command()
-if CCWEB_INDEX is not None:
-    # Forked from a preloaded interpreter rather than exec'd: tests/zygote.py says how and why.
-    zygote.install(CCWEB_INDEX)
 
 # "ci" keeps the suite fast; HYPOTHESIS_PROFILE=long is the thorough run: thousands of examples, and
 # the tests marked `slow` at full size (`HYPOTHESIS_PROFILE=long python -m pytest -m slow --timeout=0`).
@@ -60,6 +57,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 def pytest_configure(config: pytest.Config) -> None:
     if CCWEB_INDEX is None:
         raise pytest.UsageError("the ccweb-index command is not installed: run `pip install -e '.[test]'` first")
+    # Forked from a preloaded interpreter rather than exec'd: tests/zygote.py says how and why. Here,
+    # not at import: a script that imports this module (a load-test client, bench.load's among them)
+    # starts its servers as exec does, and `CCWEB_TESTS_START`, which its environment drops, is moot.
+    zygote.install(CCWEB_INDEX)
 
 
 # --- corpora -----------------------------------------------------------------------------------

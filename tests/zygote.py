@@ -29,8 +29,9 @@ run (the TypeScript SDK, the Inspector, Python SDK client processes), which are 
 `launch_command()`, a small launcher that has this worker fork the server in its place (see below).
 So are the worker's own starts of the tests' Python scripts (`python tests/.../SCRIPT.py ARGS`, no
 options: the Python SDK client processes, the load test's and tests/test_http.py's), which import
-the same SDK: the fork runs the script as `__main__` (runpy) with the script's directory first on
-its path, and `sys.argv` as `python` would set it. And only those that exec would start the same way: no preexec_fn, no user or group change, closed
+the same SDK: the fork runs the script as `python` would (`_run_script`), with the script's
+directory first on its path and `sys.argv` as `python` sets it; what the zygote imported is
+already there, so an import the script forgot goes unnoticed until it is exec'd. And only those that exec would start the same way: no preexec_fn, no user or group change, closed
 descriptors, and the same interpreter settings from the environment (`PYTHON*`, and the locale
 LANG and LC_* give at start) as the zygote's. Everything else, a command under a prefix (`prlimit`,
 a Python `-c` wrapper) among them, is exec'd as before, as are the benchmark's servers and the wheel
@@ -720,6 +721,34 @@ def _python_path(value: str | None) -> None:
             pass
 
 
+def _run_script(path: str) -> None:
+    """`python SCRIPT`, in this process: the script's code in a new `__main__` module with the globals
+    CPython gives a script (its loader, `__file__`, `__cached__`, the `builtins` module), which stays
+    `sys.modules["__main__"]` for its threads and atexit handlers (runpy's would be put back). As in
+    CPython (pythonrun.c), `__file__` and `__cached__` are dropped once the code has run, unless it
+    exits from inside (SystemExit)."""
+    import builtins
+    import importlib.machinery
+    import io
+    import types
+
+    module = types.ModuleType("__main__")
+    loader = importlib.machinery.SourceFileLoader("__main__", path)
+    module.__dict__.update(__file__=path, __cached__=None, __loader__=loader, __builtins__=builtins)
+    sys.modules["__main__"] = module
+    with io.open_code(path) as source:
+        code = compile(source.read(), path, "exec", dont_inherit=True)  # not this module's __future__
+    exiting = False
+    try:
+        exec(code, module.__dict__)
+    except SystemExit:
+        exiting = True
+        raise
+    finally:
+        if not exiting:
+            del module.__file__, module.__cached__
+
+
 def main() -> None:
     if sys.argv[1] == "launch":
         _launch(sys.argv[2], sys.argv[3:])
@@ -736,9 +765,7 @@ def main() -> None:
     request = _serve(sock)
     _become_interpreter(request)
     if request.get("script") is not None:
-        import runpy
-
-        runpy.run_path(request["script"], run_name="__main__")
+        _run_script(request["script"])
         return
     from ccweb_index.server.cli import main as cli_main
 
