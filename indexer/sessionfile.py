@@ -20,8 +20,11 @@ from typing import Any, TypeGuard
 
 import msgspec
 
-SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_ID = r"[A-Za-z0-9_-]{1,128}"
+SESSION_ID_RE = re.compile(_ID)
 SUFFIX = ".json"
+# The id and the suffix in one match: a sweep of the directory asks it of every entry.
+_FILE_NAME_RE = re.compile(f"({_ID}){re.escape(SUFFIX)}")
 
 
 def is_valid_id(value: object) -> TypeGuard[str]:
@@ -30,10 +33,8 @@ def is_valid_id(value: object) -> TypeGuard[str]:
 
 def session_id_from_name(name: str) -> str | None:
     """The conversation id a directory entry name stands for, or None if it is not a session name."""
-    if not name.endswith(SUFFIX):
-        return None
-    stem = name[: -len(SUFFIX)]
-    return stem if SESSION_ID_RE.fullmatch(stem) else None
+    match = _FILE_NAME_RE.fullmatch(name)
+    return None if match is None else match[1]
 
 
 class Unreadable(Exception):

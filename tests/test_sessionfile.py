@@ -40,6 +40,9 @@ def parse(doc: Any) -> Any:
         ("é.json", None),
         ("a.JSON", None),
         ("a\n.json", None),
+        ("a.json\n", None),
+        ("ajson", None),
+        ("a.jsonx", None),
     ],
 )
 def test_session_names(name: str, expected: str | None) -> None:
