@@ -31,9 +31,10 @@ So are the worker's own starts of the tests' Python scripts (`python tests/.../S
 options: the Python SDK client processes, the load test's and tests/test_http.py's), which import
 the same SDK: the fork runs the script as `python` would (`_run_script`), with the script's
 directory first on its path and `sys.argv` as `python` sets it; what the zygote imported is
-already there, so an import the script forgot goes unnoticed until it is exec'd. And only those that exec would start the same way: no preexec_fn, no user or group change, closed
-descriptors, and the same interpreter settings from the environment (`PYTHON*`, and the locale
-LANG and LC_* give at start) as the zygote's. Everything else, a command under a prefix (`prlimit`,
+already there, so an import the script forgot goes unnoticed until it is exec'd. And only those
+that exec would start the same way: no preexec_fn, no user or group change, closed descriptors,
+and the same interpreter settings from the environment (`PYTHON*`, and the locale LANG and LC_*
+give at start) as the zygote's. Everything else, a command under a prefix (`prlimit`,
 a Python `-c` wrapper) among them, is exec'd as before, as are the benchmark's servers and the wheel
 check of `.ci/run`. `CCWEB_TESTS_START=exec` turns forking off for a whole run.
 """
@@ -745,8 +746,9 @@ def _run_script(path: str) -> None:
         exiting = True
         raise
     finally:
-        if not exiting:
-            del module.__file__, module.__cached__
+        if not exiting:  # popped: the script may have deleted them itself
+            module.__dict__.pop("__file__", None)
+            module.__dict__.pop("__cached__", None)
 
 
 def main() -> None:
