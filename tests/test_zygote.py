@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,8 +92,6 @@ PROBE = str(Path(__file__).resolve().parent / "zygote_probe.py")
 def test_a_test_script_is_forked_and_runs_as_exec_runs_it(ending: str) -> None:
     """`python tests/SCRIPT ...` (the SDK client processes): the same `__name__`, `__file__`, argv,
     path, descriptors, streams and ending as the script exec'd."""
-    import sys
-
     forked = subprocess.run([sys.executable, PROBE, ending], input="hello", capture_output=True, text=True, timeout=60)
     assert any(argv == [sys.executable, PROBE, ending] for _, argv in zygote.scripts), "the script was exec'd, not forked"
     execd = subprocess.run([sys.executable, PROBE, ending], executable=sys.executable, input="hello",
