@@ -41,6 +41,7 @@ check of `.ci/run`. `CCWEB_TESTS_START=exec` turns forking off for a whole run.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import signal
@@ -763,6 +764,10 @@ def main() -> None:
     if threading.active_count() != 1:
         sock.send(b"a preloaded module started a thread")
         os._exit(1)
+    # Every fork would otherwise copy the preloaded heap page by page when it ends: the interpreter's
+    # last collections and its modules' teardown write to every object. Frozen, the collector never
+    # looks at them (measured: a forked child's exit went from 0.34 to 0.05 CPU-s, 150 children a run).
+    gc.freeze()
     sock.send(b"ready")
     request = _serve(sock)
     _become_interpreter(request)
