@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -61,6 +62,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # not at import: a script that imports this module (a load-test client, bench.load's among them)
     # starts its servers as exec does, and `CCWEB_TESTS_START`, which its environment drops, is moot.
     zygote.install(CCWEB_INDEX)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # What collection imported (the SDK, Hypothesis, every test module) lives to the end of the run:
+    # frozen, the collector stops walking it again at each full collection of a worker's heap.
+    gc.freeze()
 
 
 # --- corpora -----------------------------------------------------------------------------------
