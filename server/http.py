@@ -406,7 +406,7 @@ class _StatelessMcp:
         if call is not None and self._calls is not None and _tool_name(call) not in UNCAPPED_TOOLS:
             admitted = self._calls.try_start(client_key(scope["headers"], self._credential, SOURCE_HEADER_BYTES))
             if isinstance(admitted, str):
-                await _send_too_many_calls(send, call["id"], admitted)
+                await _send_too_many_calls(send, call, admitted)
                 return
             slot = admitted
             CURRENT_SLOT.set(slot)  # the worker thread holds it too (CountedService)
@@ -441,12 +441,27 @@ def _accepts_sse(scope: Any) -> bool:
     return all(check_accept_headers(Request(scope)))
 
 
-async def _send_too_many_calls(send: Any, request_id: Any, why: str) -> None:
-    """A tool error, at once: the model reads it like any other, and may call again later."""
-    error = {"error": {"code": TOO_MANY_CALLS, "message": why}}
-    text = json.dumps(error, ensure_ascii=False, separators=(",", ":"))
-    result = {"content": [{"type": "text", "text": text}], "isError": True}
-    body = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}).encode()
+def _modern(call: dict[str, Any]) -> bool:
+    """Whether `call` is a 2026-era request: the SDK routes by the protocol version in its `_meta`."""
+    from mcp_types import PROTOCOL_VERSION_META_KEY
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    params = call.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and meta.get(PROTOCOL_VERSION_META_KEY) in MODERN_PROTOCOL_VERSIONS
+
+
+async def _send_too_many_calls(send: Any, call: dict[str, Any], why: str) -> None:
+    """A tool error, at once: the model reads it like any other, and may call again later. Built here,
+    not by the SDK (no handler runs), so it takes the result's shape as `to_call_result` does, with
+    what the SDK's runner would add for the request's protocol era."""
+    from ccweb_index.server.app import to_call_result
+    from ccweb_index.server.service import ToolResult
+
+    result = to_call_result(ToolResult({"error": {"code": TOO_MANY_CALLS, "message": why}}, True))
+    if not _modern(call):
+        del result["resultType"]  # a handshake-era result has none (the runner's sieve drops it)
+    body = json.dumps({"jsonrpc": "2.0", "id": call["id"], "result": result}, ensure_ascii=False).encode()
     await send({"type": "http.response.start", "status": 200, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
         (b"cache-control", b"no-store"),

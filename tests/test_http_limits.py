@@ -329,6 +329,34 @@ def test_a_call_counts_until_its_work_ends_even_if_the_client_hangs_up(tmp_path:
         assert not is_error and [i["content"] for i in payload["inputs"]] == ["orchA again"]
 
 
+async def _refused_through_the_sdk(url: str, mode: str) -> tuple[dict[str, Any], bool]:
+    """One capped call by the Python SDK's `Client` in `mode`, which validates the result as its era's."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient(headers={**AUTH, SOURCE_HEADER: "orchB"}, timeout=60) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+            result = await client.call_tool(LIST_CONVERSATIONS, {"scope": "children"})
+    return json.loads(result.content[0].text), result.is_error
+
+
+def test_a_refusal_reads_as_a_tool_error_in_either_protocol_era(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
+    """The refusal is built without the SDK (no handler runs): it must still be a result each era's
+    client accepts. A 2026-07-28 client requires `resultType`, which a handshake-era result has none of."""
+    import anyio
+
+    write_two_families(corpus)
+    args = ("--no-watch", "--max-calls", "1")
+    with http_server(corpus.path, db_path, tmp_path / "log", token=TOKEN, args=args) as server, ThreadPoolExecutor(1) as pool:
+        with index_locked(db_path, corpus, "orchA"):
+            held = pool.submit(post_call, server, "orchA", call_body(LIST_INPUTS))
+            _wait_for(lambda: server.detail().json()["calls"]["inFlight"] == 1)
+            for mode in ("legacy", "2026-07-28"):
+                payload, is_error = anyio.run(_refused_through_the_sdk, server.url, mode)
+                assert is_error and payload["error"]["code"] == "too_many_calls", mode
+        assert not tool_payload(held.result(timeout=60))[1]
+
+
 def test_one_clients_flood_leaves_another_client_served(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
     """orchA floods (waves of 64 concurrent calls) while orchB calls one at a time: orchB is never
     refused and every answer is right; orchA's excess is refused. orchB's times are printed."""
