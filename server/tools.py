@@ -230,7 +230,7 @@ def inputs_request(arguments: dict[str, Any], source: str | None) -> InputsReque
         return request
     match position:
         case ["i", int(seq), str() | None as message_id, int() | None as created_at_ms] if (
-            seq >= -1 and not isinstance(seq, bool) and not isinstance(created_at_ms, bool)
+            seq >= -1 and _storable(seq) and (created_at_ms is None or _storable(created_at_ms))
         ):
             start = InputPosition(seq, message_id, created_at_ms)
         case _:
@@ -257,7 +257,7 @@ def conversations_request(arguments: dict[str, Any], source: str | None) -> Conv
     if position is None:
         return request
     match position:
-        case ["c", int(updated_at_ms), str(last_id)] if not isinstance(updated_at_ms, bool) and is_valid_id(last_id):
+        case ["c", int(updated_at_ms), str(last_id)] if _storable(updated_at_ms) and is_valid_id(last_id):
             after = (updated_at_ms, last_id)
         case _:
             raise invalid_cursor(LIST_CONVERSATIONS)
@@ -291,6 +291,15 @@ def requested_ids(value: object) -> tuple[str, ...] | None:
                 "characters from A-Z, a-z, 0-9, '_' and '-'.",
             )
     return tuple(sorted(set(value)))
+
+
+# What SQLite can bind as an INTEGER: a cursor has no secret, so a forged one may name any number, and
+# one beyond this would fail inside the index instead of as the caller's mistake.
+_SQLITE_INTEGERS = range(-(2**63), 2**63)
+
+
+def _storable(value: int) -> bool:
+    return not isinstance(value, bool) and value in _SQLITE_INTEGERS
 
 
 def _position(query: tuple[object, ...], arguments: dict[str, Any]) -> list[Any] | None:
@@ -351,7 +360,12 @@ def decode_change_token(value: object) -> ChangePosition | None:
             raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
         except ValueError:
             raw = None
-    if raw is None or len(raw) != 8 + 8 + _TOKEN_CHECK_BYTES or _token_check(raw[:16]) != raw[16:]:
+    if (
+        raw is None
+        or len(raw) != 8 + 8 + _TOKEN_CHECK_BYTES
+        or _token_check(raw[:16]) != raw[16:]
+        or not _storable(int.from_bytes(raw[8:16], "big"))  # no secret: it can be forged
+    ):
         raise ToolError(
             "invalid_change_token",
             "since must be a changeToken exactly as an answer of ccweb_list_conversations or "

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from ccweb_index.indexer.tree import DESCENDANTS_MAX_DEPTH
+from ccweb_index.server import cursor
 from ccweb_index.server.service import Service
-from ccweb_index.server.tools import MAX_CONVERSATION_IDS
+from ccweb_index.server.tools import MAX_CONVERSATION_IDS, conversations_request, inputs_request
 
 import reference
 from conftest import Corpus, StdioClient, memory_client_for, session, stdio_client_for
@@ -170,6 +171,24 @@ def test_altered_and_garbage_cursors_are_refused(client: StdioClient, small_tree
         for none in ("", None):  # "no cursor", as an empty filter is no filter
             payload, is_error = client.call(tool, {**arguments, "cursor": none})
             assert not is_error and payload["nextCursor"] is not None
+
+
+def test_forged_cursors_beyond_sqlites_integers_are_refused(client: StdioClient, small_tree: Corpus) -> None:
+    """A cursor has no secret, so anyone can tag a position of their own (server/cursor.py). One with a
+    number SQLite cannot bind is the caller's mistake, not a fault of the index (it used to fail
+    inside the query and put the index into back-off)."""
+    conversations = conversations_request({}, SOURCE).query
+    inputs = inputs_request({}, SOURCE).query
+    for tool, query, position in (
+        (CONVERSATIONS, conversations, ["c", 10**30, "w1"]),
+        (CONVERSATIONS, conversations, ["c", -(2**63) - 1, "w1"]),
+        (INPUTS, inputs, ["i", 2**63, None, None]),
+        (INPUTS, inputs, ["i", 3, None, 2**64]),
+    ):
+        assert_invalid_cursor(client, tool, {"cursor": cursor.encode(query, position)})
+    # The same forgery within range is a position like any other: the index still answers.
+    payload, is_error = client.call(CONVERSATIONS, {"cursor": cursor.encode(conversations, ["c", 2**63 - 1, "w1"])})
+    assert not is_error and payload["conversations"], payload
 
 
 def test_a_cursor_survives_an_index_rebuild(small_tree: Corpus, tmp_path: Path) -> None:

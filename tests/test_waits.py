@@ -32,6 +32,7 @@ from mcp.client.streamable_http import streamable_http_client
 from test_http import TOKEN, _clean_env, _headers, outliving_the_server, start_http_server, stop
 
 from ccweb_index.indexer.tuning import WAIT_PROGRESS_ENV
+from ccweb_index.server.tools import ChangePosition, decode_change_token, encode_change_token
 
 import reference
 from conftest import (
@@ -282,7 +283,11 @@ def test_tokens_from_another_index_or_garbage(corpus: Corpus, db_path: Path, tmp
         assert reset["changed"] == [{"conversationId": r["conversationId"], "deleted": False} for r in reset["conversations"]]
         assert len(reset["changed"]) == 2
         tampered = foreign[:-2] + ("AA" if not foreign.endswith("AA") else "BB")
-        for since in ("", "garbage", tampered, 42, ["x"]):
+        # The checksum is no secret: a forged token of this index past SQLite's integers is refused too.
+        own = decode_change_token(token_of(client))
+        assert own is not None
+        beyond = encode_change_token(ChangePosition(own.index_id, 2**64 - 1))
+        for since in ("", "garbage", tampered, 42, ["x"], beyond):
             payload, is_error = client.call(WAIT, {"since": since, "timeoutSeconds": LONG})
             assert is_error and payload["error"]["code"] == "invalid_change_token", since
 
