@@ -19,7 +19,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
 from ccweb_index.server.stop import calls_in_flight, exit_on_sigterm
-from ccweb_index.server.tools import TOOLS, WAIT_FOR_CONVERSATIONS
+from ccweb_index.server.tools import TOOLS, WAIT_FOR_CONVERSATIONS, answer_too_large
 from ccweb_index.server.waits import WaitRoom
 
 if TYPE_CHECKING:  # imported when a call needs it: the index is opened beside the server (LazyService)
@@ -39,6 +39,25 @@ def _version() -> str:
         return "0"
 
 
+# The TypeScript SDK 1.x's stdio transport drops the connection, and every call after it, when its read
+# buffer would pass STDIO_DEFAULT_MAX_BUFFER_SIZE (10 MiB); the buffer also holds the start of what
+# follows a message. An answer that would make a larger message than this is a tool error instead.
+MAX_MESSAGE_BYTES = 8 * 2**20
+# What a success's message holds besides its text twice: the JSON-RPC envelope, the content block's
+# keys, resultType and the SDK's serverInfo stamp, with room to spare.
+_ENVELOPE_BYTES = 4096
+
+
+def message_bytes(text: str) -> int:
+    """At most the size of the message carrying the success `text`: the text once as
+    `structuredContent` and once as a JSON string, in which its quotes and backslashes are escaped
+    again. A code point is at most 4 bytes of UTF-8, so at most 8 in all: short texts are not encoded."""
+    if len(text) * 8 + _ENVELOPE_BYTES <= MAX_MESSAGE_BYTES:
+        return len(text) * 8 + _ENVELOPE_BYTES
+    encoded = text.encode()
+    return 2 * len(encoded) + encoded.count(b'"') + encoded.count(b"\\") + _ENVELOPE_BYTES
+
+
 def to_call_result(result: ToolResult) -> dict[str, Any]:
     """A success carries its answer twice (text and `structuredContent`, which `outputSchema` describes);
     an error only as text, with `isError`. Clients that check `structuredContent` against the output
@@ -50,6 +69,8 @@ def to_call_result(result: ToolResult) -> dict[str, Any]:
     well would walk the whole answer twice more, once to validate it and once to dump it again."""
     # `resultType`: as the model dumps it; the 2026-07-28 surface requires it, older ones drop it.
     text = [{"type": "text", "text": result.text()}]
+    if not result.is_error and (size := message_bytes(text[0]["text"])) > MAX_MESSAGE_BYTES:
+        return to_call_result(_too_large(size))
     if result.is_error:
         return {"content": text, "isError": True, "resultType": "complete"}
     return {"content": text, "structuredContent": result.payload, "isError": False, "resultType": "complete"}
@@ -84,6 +105,13 @@ async def guarded_wait(
         return ToolResult(*await wait_for_conversations(service, room, arguments, source, report))
     except Exception:
         return _internal_error(WAIT_FOR_CONVERSATIONS)
+
+
+def _too_large(size: int) -> ToolResult:
+    from ccweb_index.server.service import ToolResult
+
+    log.warning("an answer of about %.1f MiB was refused as answer_too_large", size / 2**20)
+    return ToolResult(answer_too_large(size, MAX_MESSAGE_BYTES).payload(), True)
 
 
 def _internal_error(name: object) -> ToolResult:

@@ -149,6 +149,16 @@ def invalid_cursor(tool: str) -> ToolError:
     )
 
 
+def answer_too_large(size: int, limit: int) -> ToolError:
+    return ToolError(
+        "answer_too_large",
+        f"This answer would be a message of about {size / 2**20:.1f} MiB, more than MCP clients take (at "
+        f"most {limit / 2**20:g} MiB: the TypeScript SDK's stdio transport drops the connection beyond "
+        "10 MiB). Some conversation here has very long metadata (a title, agent, status or message "
+        "id): call again with a smaller limit, and page with the cursor.",
+    )
+
+
 def history_changed(conversation_id: str) -> ToolError:
     return ToolError(
         "invalid_cursor",

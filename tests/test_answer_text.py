@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import mcp_types as types
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ccweb_index.server.app import MAX_MESSAGE_BYTES, message_bytes
 from ccweb_index.server.service import ToolResult
 
 # Any text an answer can hold: every code point but the lone surrogates (no answer holds one:
@@ -34,3 +37,28 @@ def test_text_is_the_standard_librarys_compact_json(payload: dict[str, Any]) -> 
 def test_text_of_characters_json_escapes() -> None:
     payload = {"content": "".join(map(chr, range(0x80))) + "\u2028\u2029\x85 é 漢 😀", "n": None, "t": True}
     assert ToolResult(payload, False).text() == reference_text(payload)
+
+
+# Texts long enough for message_bytes to measure them rather than bound them by their length, each
+# made of what grows most on the wire: control characters (escaped twice), quotes and backslashes
+# (escaped again in the text block), astral characters (4 bytes each, twice).
+_ON_THE_EDGE = MAX_MESSAGE_BYTES // 8
+_HOSTILE = {
+    "control": "\x01\x1f",
+    "quotes and backslashes": '"\\',
+    "astral": "😀",
+    "mixed": 'a\x00"é\\漢😀\n',
+}
+
+
+@pytest.mark.parametrize("unit", _HOSTILE.values(), ids=_HOSTILE)
+def test_message_bytes_bounds_the_message_the_sdk_writes(unit: str) -> None:
+    """What `ccweb_index.server.app` refuses as answer_too_large is measured against the stdio line the
+    SDK writes for the success (`model_dump_json`, as mcp.server.stdio does): never less, and not
+    much more."""
+    payload = {"conversations": [{"conversationId": "c", "title": unit * (_ON_THE_EDGE // len(unit) + 1)}]}
+    text = ToolResult(payload, False).text()
+    success = {"content": [{"type": "text", "text": text}], "structuredContent": payload, "isError": False, "resultType": "complete"}
+    line = types.JSONRPCResponse(jsonrpc="2.0", id=2**53, result=success).model_dump_json(by_alias=True, exclude_unset=True)
+    written = len(line.encode()) + 1  # and its newline
+    assert written <= message_bytes(text) < written + 8192

@@ -226,6 +226,20 @@ def test_stdio(client: Client, corpus: Corpus, tmp_path: Path) -> None:
     assert codes == ERROR_CODES
 
 
+def test_an_answer_too_large_for_a_client_is_a_tool_error(client: Client, corpus: Corpus, tmp_path: Path) -> None:
+    """A title of control characters, each escaped twice on the wire, makes a list answer a message
+    beyond the TypeScript client's stdio buffer, which then drops the connection and every later
+    call. It is the tool error answer_too_large instead, and the connection goes on."""
+    corpus.write("huge", session("a long title", title="\x01" * (11 * 2**20 // 13), updated="2026-11-01T00:00:00Z"))
+    client.ok(stdio_command(corpus, tmp_path / "index.sqlite", SOURCE, client.mode))
+    answer = client.ok({"op": "call", "name": CONVERSATIONS, "arguments": {}})
+    result = types.CallToolResult.model_validate(answer["result"])
+    problem, payload = answer_of(result)
+    assert problem is None and result.is_error and payload["error"]["code"] == "answer_too_large", payload
+    assert "smaller limit" in payload["error"]["message"]
+    check(client, corpus, CONVERSATIONS, {"limit": 1}, SOURCE)  # the huge one is the oldest
+
+
 def test_http_and_a_restart_mid_session(client: Client, corpus: Corpus, tmp_path: Path) -> None:
     db = tmp_path / "index.sqlite"
     server = start_http_server(corpus.path, db, tmp_path / "server.log", token=TOKEN)
