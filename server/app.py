@@ -67,13 +67,18 @@ def to_call_result(result: ToolResult) -> dict[str, Any]:
     In its wire form, a dict: the SDK validates every result against the protocol version's
     `CallToolResult` before it sends it (`ServerRunner._serialize`), so building the model here as
     well would walk the whole answer twice more, once to validate it and once to dump it again."""
-    # `resultType`: as the model dumps it; the 2026-07-28 surface requires it, older ones drop it.
-    text = [{"type": "text", "text": result.text()}]
-    if not result.is_error and (size := message_bytes(text[0]["text"])) > MAX_MESSAGE_BYTES:
-        return to_call_result(_too_large(size))
+    text = result.text()
     if result.is_error:
-        return {"content": text, "isError": True, "resultType": "complete"}
-    return {"content": text, "structuredContent": result.payload, "isError": False, "resultType": "complete"}
+        # `resultType`: as the model dumps it; the 2026-07-28 surface requires it, older ones drop it.
+        return {"content": [{"type": "text", "text": text}], "isError": True, "resultType": "complete"}
+    if (size := message_bytes(text)) > MAX_MESSAGE_BYTES:
+        return to_call_result(_too_large(size))
+    return success_result(text, result.payload)
+
+
+def success_result(text: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """A success as it goes to the SDK: `payload` as `structuredContent` and as `text`, its JSON."""
+    return {"content": [{"type": "text", "text": text}], "structuredContent": payload, "isError": False, "resultType": "complete"}
 
 
 def guarded_call(service: Service | LazyService, name: str, arguments: Any, source: str | None) -> ToolResult:

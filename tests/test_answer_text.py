@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ccweb_index.server.app import MAX_MESSAGE_BYTES, message_bytes
+from ccweb_index.server.app import MAX_MESSAGE_BYTES, message_bytes, success_result
 from ccweb_index.server.service import ToolResult
 
 # Any text an answer can hold: every code point but the lone surrogates (no answer holds one:
@@ -58,7 +58,7 @@ def test_message_bytes_bounds_the_message_the_sdk_writes(unit: str) -> None:
     much more."""
     payload = {"conversations": [{"conversationId": "c", "title": unit * (_ON_THE_EDGE // len(unit) + 1)}]}
     text = ToolResult(payload, False).text()
-    success = {"content": [{"type": "text", "text": text}], "structuredContent": payload, "isError": False, "resultType": "complete"}
+    success = success_result(text, payload)
     line = types.JSONRPCResponse(jsonrpc="2.0", id=2**53, result=success).model_dump_json(by_alias=True, exclude_unset=True)
     written = len(line.encode()) + 1  # and its newline
     assert written <= message_bytes(text) < written + 8192
