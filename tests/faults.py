@@ -141,11 +141,11 @@ def permissions_apply(probe_dir: Path) -> str | None:
 def rlimit_prefix(file_size: int) -> tuple[str, ...]:
     """A command prefix that runs the rest with RLIMIT_FSIZE = `file_size` bytes: a write past it fails
     with EFBIG (Python ignores SIGXFSZ), as on a full disk."""
-    code = (
-        f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, ({file_size}, resource.RLIM_INFINITY)); "
-        "os.execv(sys.argv[1], sys.argv[1:])"
-    )
-    return (sys.executable, "-c", code)
+    import resource
+
+    import zygote
+
+    return zygote.rlimit_prefix(RLIMIT_FSIZE=(file_size, resource.RLIM_INFINITY))
 
 
 def can_mknod_device(directory: Path) -> str | None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx2
 import pytest
+import zygote
 from test_http import (
     INITIALIZE,
     LIST_CONVERSATIONS,
@@ -172,9 +173,7 @@ def test_an_idle_flood_cannot_lock_a_client_out(tmp_path: Path, corpus: Corpus, 
 
 
 def _prlimit_prefix(soft: int, hard: int) -> tuple[str, ...]:
-    code = (f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard})); "
-            "os.execv(sys.argv[1], sys.argv[1:])")  # fmt: skip
-    return (sys.executable, "-c", code)
+    return zygote.rlimit_prefix(RLIMIT_NOFILE=(soft, hard))
 
 
 def test_descriptors_are_reserved_for_the_service(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:

@@ -105,3 +105,34 @@ def test_a_test_script_is_forked_and_runs_as_exec_runs_it(ending: str) -> None:
         assert execd.stderr.endswith("RuntimeError: raised by the probe\n")
     else:
         assert forked.stderr == execd.stderr == "on stderr\n"
+
+
+def _limits_of_a_server_under(prefix: tuple[str, ...], corpus: Corpus, db: Path, **popen: object) -> list[str]:
+    """The open-files and file-size lines of /proc/PID/limits of a stdio server started under `prefix`."""
+    command = [*prefix, CCWEB_INDEX, "serve", "--sessions-dir", str(corpus.path), "--db", str(db)]
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **popen)
+    try:
+        # Exec'd, the pid is the prefix's until it execs the command (and shows no command line while
+        # an exec is under way); forked, it has the zygote's, with the limits taken before Popen returned.
+        def past_the_prefix() -> bool:
+            cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+            return cmdline != b"" and b"setrlimit" not in cmdline
+
+        assert wait_until(past_the_prefix)
+        lines = Path(f"/proc/{proc.pid}/limits").read_text().splitlines()
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    return [line for line in lines if line.startswith(("Max open files", "Max file size"))]
+
+
+def test_a_server_under_rlimit_prefix_is_forked_with_the_limits_exec_gives(corpus: Corpus, tmp_path: Path) -> None:
+    assert CCWEB_INDEX is not None
+    prefix = zygote.rlimit_prefix(RLIMIT_NOFILE=(200, 300), RLIMIT_FSIZE=(10**9, 2 * 10**9))
+    forked = _limits_of_a_server_under(prefix, corpus, tmp_path / "forked.sqlite")
+    assert zygote.started[-1][1][:2] == [CCWEB_INDEX, "serve"], "the server was exec'd, not forked"
+    # `executable` given: exec'd (tests/zygote.py, install), the prefix's interpreter setting the limits.
+    execd = _limits_of_a_server_under(prefix, corpus, tmp_path / "execd.sqlite", executable=sys.executable)
+    assert forked == execd and len(forked) == 2, (forked, execd)
+    assert forked[0].split()[3:5] == ["1000000000", "2000000000"] and forked[1].split()[3:5] == ["200", "300"]

@@ -34,14 +34,17 @@ directory first on its path and `sys.argv` as `python` sets it; what the zygote 
 already there, so an import the script forgot goes unnoticed until it is exec'd. And only those
 that exec would start the same way: no preexec_fn, no user or group change, closed descriptors,
 and the same interpreter settings from the environment (`PYTHON*`, and the locale LANG and LC_*
-give at start) as the zygote's. Everything else, a command under a prefix (`prlimit`,
-a Python `-c` wrapper) among them, is exec'd as before, as are the benchmark's servers and the wheel
-check of `.ci/run`. `CCWEB_TESTS_START=exec` turns forking off for a whole run.
+give at start) as the zygote's. A command under `rlimit_prefix` (other resource limits, as
+prlimit(1) gives) is forked too, the fork taking those limits. Everything else, a command under
+another prefix (the privilege drop of tests/faults.py, which only bounds what an exec keeps) among
+them, is exec'd as before, as are the benchmark's servers and the wheel check of `.ci/run`.
+`CCWEB_TESTS_START=exec` turns forking off for a whole run.
 """
 
 from __future__ import annotations
 
 import gc
+import json
 import os
 import pickle
 import signal
@@ -294,6 +297,29 @@ def _zygote_for(command: str) -> Zygote | None:
         return _zygote
 
 
+# Run as a prefix where nothing forks the command (exec'd, or with forking off); `install` reads the
+# limits from its argument instead and has the fork take them.
+_RLIMIT_CODE = (
+    "import json, os, resource, sys\n"
+    "for name, limits in json.loads(sys.argv[1]).items():\n"
+    "    resource.setrlimit(getattr(resource, name), tuple(limits))\n"
+    "os.execv(sys.argv[2], sys.argv[2:])"
+)
+
+
+def rlimit_prefix(**limits: tuple[int, int]) -> tuple[str, ...]:
+    """A command prefix that runs the rest with these resource limits, e.g.
+    `rlimit_prefix(RLIMIT_FSIZE=(soft, hard))`; the others are the caller's."""
+    return (sys.executable, "-c", _RLIMIT_CODE, json.dumps(limits))
+
+
+def _without_rlimit_prefix(argv: list[str]) -> tuple[list[str], dict[str, tuple[int, int]]]:
+    """(the command, the limits) of a command under `rlimit_prefix`; else (argv, {})."""
+    if argv[:3] != [sys.executable, "-c", _RLIMIT_CODE] or len(argv) < 5:
+        return argv, {}
+    return argv[4:], {name: (soft, hard) for name, (soft, hard) in json.loads(argv[3]).items()}
+
+
 def install(command: str) -> None:
     """Fork launches of `command` through subprocess.Popen from this worker's zygote."""
     import subprocess
@@ -310,6 +336,7 @@ def install(command: str) -> None:
         # Under a prefix that execs it (prlimit, a setrlimit wrapper) it has the prefix's pid; the
         # zygote, which is given the command's path, is not one of them.
         ours = command in argv and os.path.abspath(__file__) not in argv  # nor the zygote, nor a launcher's client
+        argv, limits = _without_rlimit_prefix(argv)
         script = _test_script(argv)
         if (argv[:1] == [command] or script is not None) and forking and executable is None and preexec_fn is None \
                 and close_fds and not shell and gid is None and gids is None and uid is None:  # fmt: skip
@@ -319,6 +346,7 @@ def install(command: str) -> None:
                 fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
                        errwrite if errwrite != -1 else 2, *pass_fds]  # fmt: skip
                 request = request_for(argv, environment, pass_fds, cwd, umask, start_new_session, process_group)
+                request["rlimits"].update(limits)
                 request["script"] = script
                 try:
                     self.pid = zygote.start(request, fds)
