@@ -49,9 +49,11 @@ _ENVELOPE_BYTES = 4096
 
 
 def message_bytes(text: str) -> int:
-    """At most the size of the message carrying the success `text`: the text once as
-    `structuredContent` and once as a JSON string, in which its quotes and backslashes are escaped
-    again. A code point is at most 4 bytes of UTF-8, so at most 8 in all: short texts are not encoded."""
+    """At most the size of the stdio line carrying the success `text` (and of the body on the older
+    HTTP revision): the text once as `structuredContent` and once as a JSON string, in which its
+    quotes and backslashes are escaped again. A code point is at most 4 bytes of UTF-8, so at most 8
+    in all: short texts are not encoded. The 2026-07-28 HTTP entry writes JSON with non-ASCII
+    escaped, a larger body for the same answer; no HTTP client we know limits a body's size."""
     if len(text) * 8 + _ENVELOPE_BYTES <= MAX_MESSAGE_BYTES:
         return len(text) * 8 + _ENVELOPE_BYTES
     encoded = text.encode()

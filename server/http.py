@@ -396,6 +396,9 @@ class _StatelessMcp:
             if message["type"] != "http.request" or not message.get("more_body", False):
                 break
         body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+        if (refused := _parse_error(body)) is not None:
+            await refused(scope, receive, send)
+            return
         call = _tool_call(body)
         manager = self._sse if call is not None and _accepts_sse(scope) else self._json
 
@@ -415,6 +418,25 @@ class _StatelessMcp:
         finally:
             if slot is not None:
                 slot.release()
+
+
+def _parse_error(body: bytes) -> Any:
+    """The SDK's parse error, for a body its 2026-07-28 entry would take though its other transports
+    refuse it: that entry parses with `json.loads`, which takes a lone surrogate escape ("\\ud800"),
+    where stdio and the older HTTP revision parse with pydantic's parser, which refuses it. Let in,
+    such a string in `agent` or `status` reached a query, which SQLite could not bind, and the index
+    went into back-off. So every transport refuses the same bodies; None for any other body."""
+    if b"\\u" not in body:  # no escape at all: nothing to check
+        return None
+    import pydantic_core
+    from starlette.responses import JSONResponse
+
+    try:
+        pydantic_core.from_json(body)
+    except ValueError as exc:
+        error = {"code": -32700, "message": f"Parse error: {exc}"}
+        return JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status_code=400)
+    return None
 
 
 def _tool_call(body: bytes) -> dict[str, Any] | None:

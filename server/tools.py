@@ -155,7 +155,8 @@ def answer_too_large(size: int, limit: int) -> ToolError:
         f"This answer would be a message of about {size / 2**20:.1f} MiB, more than MCP clients take (at "
         f"most {limit / 2**20:g} MiB: the TypeScript SDK's stdio transport drops the connection beyond "
         "10 MiB). Some conversation here has very long metadata (a title, agent, status or message "
-        "id): call again with a smaller limit, and page with the cursor.",
+        "id): call again with a smaller limit, and page with the cursor. If one conversation alone is "
+        "that large, narrow the selection (scope, agent, status or conversationIds) to leave it out.",
     )
 
 

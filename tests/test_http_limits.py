@@ -458,3 +458,27 @@ def test_too_low_a_descriptor_limit_is_a_clear_error(tmp_path: Path, corpus: Cor
         capture_output=True, text=True, env=_clean_env(CCWEB_INDEX_TOKEN=TOKEN), timeout=60, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert result.returncode == 1 and "leaves no room for connections" in result.stderr and "Traceback" not in result.stderr
+
+
+def _modern_call(server: HttpServer, name: str, arguments_json: str) -> httpx2.Response:
+    """A tools/call of the 2026-07-28 revision, its arguments as raw JSON text (escapes as written)."""
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    body = f'{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"{name}","arguments":{arguments_json},"_meta":{json.dumps(meta)}}}}}'
+    headers = {**AUTH, "Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": name, SOURCE_HEADER: "orchA"}  # fmt: skip
+    return httpx2.post(server.url, content=body.encode(), headers=headers, timeout=60)
+
+
+def test_a_lone_surrogate_is_a_parse_error_on_every_transport(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
+    """The SDK's 2026-07-28 entry parses with json.loads, which takes "\\ud800"; its stdio and older HTTP
+    transports refuse it. Taken, it reached the filter's query, which SQLite cannot bind, and the index
+    went into back-off (/healthz 503). It is a parse error here too, and the index stays in use."""
+    write_two_families(corpus)
+    with http_server(corpus.path, db_path, tmp_path / "log", token=TOKEN, args=("--no-watch",)) as server:
+        for name, arguments in ((LIST_CONVERSATIONS, '{"agent":"\\ud800"}'), ("ccweb_wait_for_conversations", '{"status":"x\\udfff","timeoutSeconds":1}')):
+            refused = _modern_call(server, name, arguments)
+            assert refused.status_code == 400 and refused.json()["error"]["code"] == -32700, refused.text
+        answered = _modern_call(server, LIST_CONVERSATIONS, '{"agent":"CLAUDE \\u00e9"}')  # an escape that parses
+        assert answered.status_code == 200 and '"conversations"' in answered.text, answered.text
+        assert server.healthz().status_code == 200
+    assert "UnicodeEncodeError" not in (tmp_path / "log").read_text()
