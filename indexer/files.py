@@ -19,6 +19,7 @@ What is never done to an entry named like a session:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -28,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ccweb_index.indexer.sessionfile import session_id_from_name
+from ccweb_index.indexer.sessionfile import SUFFIX, session_id_from_name, session_ids_among
 from ccweb_index.indexer.tuning import RACY_WINDOW_ENV, milliseconds_from_env
 
 log = logging.getLogger("ccweb_index")
@@ -163,45 +164,61 @@ SweptFile = tuple[str, int, int, int, int]  # (session id, *a Signature's fields
 def sweep_sessions(sessions_dir: str) -> list[SweptFile]:
     """Every session file's id and signature, as (id, ino, size, mtime_ns, ctime_ns): one readdir and
     one lstat per file, and nothing else per file (the check of the whole directory, done often, is
-    compared with the index as a set of these tuples: store.out_of_line)."""
+    compared with the index as a set of these tuples: store.out_of_line).
+
+    The names are picked out in one search (sessionfile.session_ids_among), and each lstat is
+    relative to the directory's descriptor (fstatat), not a walk of the whole path again
+    (docs/benchmarks.md, "The no-op build at 100,000 sessions")."""
     swept: list[SweptFile] = []
-    for session_id, entry in _session_entries(sessions_dir):
-        try:
-            st = entry.stat(follow_symlinks=False)
-        except FileNotFoundError:  # gone since readdir
-            continue
-        swept.append((session_id, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    ignored: set[str] = set()
+    with _listed(sessions_dir) as fd:
+        for session_id in session_ids_among(os.listdir(fd)):
+            try:
+                st = os.lstat(session_id + SUFFIX, dir_fd=fd)
+            except FileNotFoundError:  # gone since readdir
+                continue
+            if stat.S_ISREG(st.st_mode):
+                swept.append((session_id, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+            else:
+                path = os.path.join(sessions_dir, session_id + SUFFIX)
+                ignored.add(path)
+                _ignored.note(path, st.st_ino, st.st_mode)
+    _ignored.forget_all_but(sessions_dir, ignored)
     return swept
 
 
-def _session_entries(sessions_dir: str) -> Iterator[tuple[str, os.DirEntry[str]]]:
-    """(id, entry) of each regular file named like a session; the others are noted in `_ignored`.
-
-    The directory is listed through a descriptor, so that each entry's lstat is relative to it
-    (fstatat) rather than a walk of the whole path again (docs/benchmarks.md, "The no-op build at
-    100,000 sessions")."""
-    ignored: set[str] = set()
+@contextlib.contextmanager
+def _listed(sessions_dir: str) -> Iterator[int]:
+    """A descriptor of the directory, to list it and lstat its entries relative to it. A sessions
+    path that is not a directory raises FileNotFoundError: it holds no sessions."""
     try:
         fd = os.open(sessions_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except NotADirectoryError:
         raise FileNotFoundError(errno.ENOENT, "not a directory", sessions_dir) from None
     try:
-        with os.scandir(fd) as entries:
-            for entry in entries:
-                session_id = session_id_from_name(entry.name)
-                if session_id is None:
-                    continue
-                try:
-                    if entry.is_file(follow_symlinks=False):
-                        yield session_id, entry
-                    else:
-                        path = os.path.join(sessions_dir, entry.name)
-                        ignored.add(path)
-                        _ignored.note(path, entry.inode(), entry.stat(follow_symlinks=False).st_mode)
-                except FileNotFoundError:  # gone since readdir
-                    continue
+        yield fd
     finally:
         os.close(fd)
+
+
+def _session_entries(sessions_dir: str) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """(id, entry) of each regular file named like a session, by readdir's file type alone; the
+    others are noted in `_ignored`."""
+    ignored: set[str] = set()
+    with _listed(sessions_dir) as fd, os.scandir(fd) as entries:
+        for entry in entries:
+            session_id = session_id_from_name(entry.name)
+            if session_id is None:
+                continue
+            try:
+                if entry.is_file(follow_symlinks=False):
+                    yield session_id, entry
+                else:
+                    path = os.path.join(sessions_dir, entry.name)
+                    ignored.add(path)
+                    _ignored.note(path, entry.inode(), entry.stat(follow_symlinks=False).st_mode)
+            except FileNotFoundError:  # gone since readdir
+                continue
     _ignored.forget_all_but(sessions_dir, ignored)
 
 

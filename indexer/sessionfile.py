@@ -23,8 +23,11 @@ import msgspec
 _ID = r"[A-Za-z0-9_-]{1,128}"
 SESSION_ID_RE = re.compile(_ID)
 SUFFIX = ".json"
-# The id and the suffix in one match: a sweep of the directory asks it of every entry.
+# The id and the suffix in one match.
 _FILE_NAME_RE = re.compile(f"({_ID}){re.escape(SUFFIX)}")
+# The same, found among names joined by "/", which no name can hold: one search in C for a whole
+# directory instead of a match per entry (a sweep of the directory lists every entry, often).
+_FILE_NAMES_RE = re.compile(f"(?<![^/])({_ID}){re.escape(SUFFIX)}(?![^/])")
 
 
 def is_valid_id(value: object) -> TypeGuard[str]:
@@ -35,6 +38,11 @@ def session_id_from_name(name: str) -> str | None:
     """The conversation id a directory entry name stands for, or None if it is not a session name."""
     match = _FILE_NAME_RE.fullmatch(name)
     return None if match is None else match[1]
+
+
+def session_ids_among(names: list[str]) -> list[str]:
+    """The conversation ids that directory entry names stand for, as session_id_from_name gives."""
+    return _FILE_NAMES_RE.findall("/".join(names))
 
 
 class Unreadable(Exception):

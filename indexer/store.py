@@ -47,10 +47,11 @@ def out_of_line(conn: sqlite3.Connection, swept: list[SweptFile]) -> set[str]:
     """The ids a sweep of the directory (files.sweep_sessions) finds out of line with the index: a
     file whose signature is not a settled (not racy) row's, and a row whose file is gone.
 
-    Compared as sets of plain tuples, so the whole comparison runs in C; the ids of all rows are
-    fetched only when the files in line do not account for every row."""
-    settled = set(conn.execute("SELECT id, ino, size, mtime_ns, ctime_ns FROM sessions WHERE racy = 0"))
-    moved = set(swept).difference(settled)
+    Compared as sets of plain tuples, so the whole comparison runs in C, and the rows are taken out
+    of the sweep's set as they come rather than gathered into a set of their own; the ids of all
+    rows are fetched only when the files in line do not account for every row."""
+    moved = set(swept)
+    moved.difference_update(conn.execute("SELECT id, ino, size, mtime_ns, ctime_ns FROM sessions WHERE racy = 0"))
     due = {file[0] for file in moved}
     in_line = len(swept) - len(moved)  # distinct rows: a directory holds each name once
     if in_line < conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]:

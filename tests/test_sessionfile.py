@@ -17,6 +17,7 @@ from ccweb_index.indexer.sessionfile import (
     parse_session,
     parse_time,
     session_id_from_name,
+    session_ids_among,
 )
 
 import reference
@@ -47,6 +48,20 @@ def parse(doc: Any) -> Any:
 )
 def test_session_names(name: str, expected: str | None) -> None:
     assert session_id_from_name(name) == expected
+    # A directory's names are picked out in one search (the sweep): each as it is alone, whichever
+    # names stand beside it.
+    assert session_ids_among([name]) == ([] if expected is None else [expected])
+    assert session_ids_among(["a.json", name, "b.json"]) == ["a", *([] if expected is None else [expected]), "b"]
+
+
+_NAME_PARTS = st.sampled_from(["a", "Z9", "-", "_", ".json", ".", "json", "\n", " ", "é", "x" * 127, "\x00"])
+
+
+@given(st.lists(st.lists(_NAME_PARTS, max_size=4).map("".join), max_size=8))
+@settings(max_examples=300, deadline=None)
+def test_session_names_among_a_directory(names: list[str]) -> None:
+    expected = [session_id for session_id in map(session_id_from_name, names) if session_id is not None]
+    assert session_ids_among(names) == expected
 
 
 @pytest.mark.parametrize("value", ["", "a/b", "../x", "a\n", "a\x00", "é", "x" * 129, 7, None, ["a"]])
