@@ -84,6 +84,13 @@ _CHUNKS_IN_FLIGHT = 8
 # full queue handed out then left one worker parsing it alone while the others had nothing to do.
 _CHUNKS_NEAR_END = 2
 WORKER_COMMAND = [sys.executable, "-m", "ccweb_index.indexer.load"]
+# A worker's large allocations (a file's bytes, the text of its UTF-8 check) live for one file. With
+# glibc's defaults many of them go back to the kernel when freed and fault in again, page by page:
+# a second of the workers' system time in a build of issue 12's long corpus (docs/benchmarks.md,
+# "The workers' allocator"). These keep blocks up to the first size in the heap and return the free
+# heap beyond the second, so a worker holds at most that much more than it uses. A value the
+# user's environment sets wins; other C libraries ignore both.
+_WORKER_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(16 << 20), "MALLOC_TRIM_THRESHOLD_": str(32 << 20)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,7 +372,7 @@ def load_many(
 def _load_in_workers(
     sessions_dir: str, chunks: list[list[Wanted]], max_bytes: int, workers: int, budget: int
 ) -> Iterator[tuple[str, Loaded | None]]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env = worker_environment()
     procs = [
         subprocess.Popen(WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0)
         for _ in range(min(workers, len(chunks)))
@@ -431,6 +438,11 @@ def _load_in_workers(
                 proc.kill()
         for reader in readers:
             reader.join()
+
+
+def worker_environment() -> dict[str, str]:
+    """A parse worker's environment: this process's, its import path, and the allocator's settings."""
+    return {**_WORKER_MALLOC, **os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
 
 
 def _queue_depth(chunks_left: int, workers: int) -> int:

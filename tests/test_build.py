@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import sys
 import time
@@ -64,6 +65,26 @@ def test_a_dead_worker_costs_nothing(corpus: Corpus, tmp_path: Path, monkeypatch
     monkeypatch.setattr(load, "WORKER_COMMAND", [sys.executable, "-c", "import sys; sys.exit(3)"])
     build(corpus, tmp_path / "dead.sqlite")
     assert index_rows(tmp_path / "dead.sqlite") == index_rows(tmp_path / "serial.sqlite")
+
+
+@pytest.mark.parametrize("users", [{}, {"MALLOC_TRIM_THRESHOLD_": "0"}])
+def test_workers_keep_their_memory_as_the_allocator_is_told(
+    corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, users: dict[str, str]
+) -> None:
+    """Parse workers start with glibc's allocator set to keep a file's worth of memory between files
+    (load._WORKER_MALLOC), unless the user's environment says otherwise."""
+    make_corpus(corpus)
+    for name, value in users.items():
+        monkeypatch.setenv(name, value)
+    seen = tmp_path / "environment"
+    report = f"import json, os, sys; open({str(seen)!r}, 'a').write(json.dumps(dict(os.environ)) + chr(10)); sys.exit(3)"
+    monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(load, "WORKER_COMMAND", [sys.executable, "-c", report])
+    build(corpus, tmp_path / "index.sqlite")
+    environments = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert environments
+    for environment in environments:
+        assert {name: environment[name] for name in load._WORKER_MALLOC} == {**load._WORKER_MALLOC, **users}
 
 
 def page_size(db: Path) -> int:

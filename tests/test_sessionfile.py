@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ccweb_index.indexer import sessionfile
 from ccweb_index.indexer.sessionfile import (
     Unreadable,
     format_time,
@@ -90,6 +91,31 @@ def test_unreadable_files(data: bytes, reason: str) -> None:
     with pytest.raises(Unreadable) as info:
         parse_session(data)
     assert reason in info.value.reason
+
+
+_BAD_UTF8 = [b"\xff", b"\xc0\xaf", b"\xe2\x28\xa1", b"\xed\xa0\x80", b"\xf0\x9f\x98", b"\x80"]
+
+
+@given(
+    st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters='"\\'), max_size=40),
+    st.sampled_from(_BAD_UTF8),
+    st.integers(min_value=0, max_value=40),
+    st.integers(min_value=4, max_value=9),  # a slice holds at least one whole character
+)
+@settings(max_examples=300, deadline=None)
+def test_invalid_utf8_is_found_across_slices(text: str, bad: bytes, at: int, slice_bytes: int) -> None:
+    """The whole-file check goes a slice at a time: whichever slice boundaries fall inside a
+    character, valid text passes, and a fault is reported at the byte where strict UTF-8 finds it."""
+    before = f'{{"title": "{text[:at]}'.encode()
+    after = f'{text[at:]}"}}'.encode()
+    with pytest.raises(UnicodeDecodeError) as strict:
+        (before + bad + after).decode("utf-8")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sessionfile, "_UTF8_SLICE", slice_bytes)
+        assert parse_session(before + after).title == text
+        with pytest.raises(Unreadable) as info:
+            parse_session(before + bad + after)
+    assert info.value.reason == f"invalid UTF-8 at byte {strict.value.start}"
 
 
 def test_duplicate_keys_last_wins() -> None:
