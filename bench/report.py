@@ -395,11 +395,13 @@ def _body(out: dict[str, Any]) -> list[str]:
     )  # fmt: skip
     lines += [""]
 
+    noop_runs = len((steps.get("rebuild_main") or {}).get("noop_command_runs_s") or [None])
     lines += [
         "## 2. Rebuilds",
         "",
         "*in-process* is one `Indexer.reconcile()` in the harness (what `build` does after its interpreter "
-        "and imports are up); *command* is the whole `ccweb-index build` process. The changed session is "
+        "and imports are up); *command* is the whole `ccweb-index build` process (for the no-op, the median "
+        f"of {noop_runs} run(s)). The changed session is "
         "rewritten in place (same inode) with a new title and one more user message; its parse time is the "
         "median read + `parse_session` of that one file in the floor's process.",
         "",
