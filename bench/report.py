@@ -395,7 +395,7 @@ def _body(out: dict[str, Any]) -> list[str]:
     )  # fmt: skip
     lines += [""]
 
-    noop_runs = len((steps.get("rebuild_main") or {}).get("noop_command_runs_s") or [None])
+    noop_runs = max(len((steps.get(f"rebuild_{key}") or {}).get("noop_command_runs_s") or [None]) for key in ("main", "small"))
     lines += [
         "## 2. Rebuilds",
         "",

@@ -216,7 +216,10 @@ def _session_entries(sessions_dir: str) -> Iterator[tuple[str, os.DirEntry[str]]
                 else:
                     path = os.path.join(sessions_dir, entry.name)
                     ignored.add(path)
-                    _ignored.note(path, entry.inode(), entry.stat(follow_symlinks=False).st_mode)
+                    # lstat's inode, as the sweep and lstat_session note it: readdir's differs on a
+                    # mount point, and each would log the entry again.
+                    st = entry.stat(follow_symlinks=False)
+                    _ignored.note(path, st.st_ino, st.st_mode)
             except FileNotFoundError:  # gone since readdir
                 continue
     _ignored.forget_all_but(sessions_dir, ignored)

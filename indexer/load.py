@@ -87,9 +87,9 @@ WORKER_COMMAND = [sys.executable, "-m", "ccweb_index.indexer.load"]
 # A worker's large allocations (a file's bytes, the text of its UTF-8 check) live for one file. With
 # glibc's defaults many of them go back to the kernel when freed and fault in again, page by page:
 # a second of the workers' system time in a build of issue 12's long corpus (docs/benchmarks.md,
-# "The workers' allocator"). These keep blocks up to the first size in the heap and return the free
-# heap beyond the second, so a worker holds at most that much more than it uses. A value the
-# user's environment sets wins; other C libraries ignore both.
+# "The workers' allocator"). These keep blocks up to the first size in the heap, and give back the
+# free top of the heap only beyond the second (free space below blocks in use stays, as it does
+# with the defaults). A value the user's environment sets wins; other C libraries ignore both.
 _WORKER_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(16 << 20), "MALLOC_TRIM_THRESHOLD_": str(32 << 20)}
 
 

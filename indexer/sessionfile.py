@@ -251,9 +251,9 @@ def resume_parts(head: bytes, checked: bytes, rest: bytes, checkpoint: Checkpoin
 
 # Whole-file UTF-8 checks go a slice at a time: one str of the whole file would cost up to 4x its
 # size. Slices this small stay in the CPU's caches and reuse the allocator's memory; 1 MiB slices,
-# through the codecs module's incremental decoder (which copies each), cost a fifth more. At least
-# one whole character (4 bytes), so that every slice moves the check on.
+# through the codecs module's incremental decoder (which copies each), cost a fifth more.
 _UTF8_SLICE = 256 * 1024
+_UTF8_LONGEST = 4  # bytes of one character: a slice at least this long always moves the check on
 
 
 def _check_text(data: bytes) -> None:
@@ -267,7 +267,7 @@ def _check_text(data: bytes) -> None:
     view = memoryview(data)
     start = 0
     while start < len(view):
-        end = start + _UTF8_SLICE
+        end = start + max(_UTF8_SLICE, _UTF8_LONGEST)
         try:
             # Not final: a character cut by the slice's end is left for the next slice.
             _, used = codecs.utf_8_decode(view[start:end], "strict", end >= len(view))

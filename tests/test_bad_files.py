@@ -9,6 +9,7 @@ last good version.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -349,3 +350,41 @@ def test_a_file_swapped_between_listing_and_read(tmp_path: Path, monkeypatch: py
             same_answer((result.payload, result.is_error), expected_after(how, corpus, last_good, arguments, tool))
     finally:
         svc.close()
+
+
+class _MountPoint:
+    """A directory entry as readdir reports a mount point: the inode of the directory it covers,
+    not that of the mounted root, which lstat gives."""
+
+    def __init__(self, entry: os.DirEntry[str]) -> None:
+        self._entry = entry
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._entry, name)
+
+    def inode(self) -> int:
+        return self._entry.inode() + 1
+
+
+def test_an_ignored_mount_point_is_logged_once_whichever_look_sees_it(
+    corpus: Corpus, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The listing (readdir's types), the sweep and the one-file look note an entry by the same
+    inode, so an entry that is not a regular file is logged once, however they take turns."""
+    corpus.write("ok", session("hello"))
+    os.mkdir(corpus.file("mounted"))
+    real_scandir = os.scandir
+
+    @contextlib.contextmanager
+    def scandir(path: Any) -> Any:
+        with real_scandir(path) as entries:
+            yield [_MountPoint(entry) if entry.name == "mounted.json" else entry for entry in entries]
+
+    monkeypatch.setattr(files.os, "scandir", scandir)
+    with caplog.at_level("WARNING", logger="ccweb_index"):
+        for _ in range(2):
+            assert files.list_sessions(str(corpus.path)).keys() == {"ok"}
+            assert [swept[0] for swept in files.sweep_sessions(str(corpus.path))] == ["ok"]
+            assert files.lstat_session(str(corpus.path), "mounted") is None
+    logged = [record.getMessage() for record in caplog.records if "mounted.json" in record.getMessage()]
+    assert len(logged) == 1, logged
