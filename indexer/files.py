@@ -168,7 +168,7 @@ def sweep_sessions(sessions_dir: str) -> list[SweptFile]:
 
     The names are picked out in one search (sessionfile.session_ids_among), and each lstat is
     relative to the directory's descriptor (fstatat), not a walk of the whole path again
-    (docs/benchmarks.md, "The no-op build at 100,000 sessions")."""
+    (docs/benchmarks.md, "The no-op build at 100,000 sessions" and its round three)."""
     swept: list[SweptFile] = []
     ignored: set[str] = set()
     with _listed(sessions_dir) as fd:
