@@ -180,11 +180,17 @@ def sweep_sessions(sessions_dir: str) -> list[SweptFile]:
             if stat.S_ISREG(st.st_mode):
                 swept.append((session_id, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
             else:
-                path = os.path.join(sessions_dir, session_id + SUFFIX)
-                ignored.add(path)
-                _ignored.note(path, st.st_ino, st.st_mode)
+                _note_ignored(sessions_dir, session_id + SUFFIX, st, ignored)
     _ignored.forget_all_but(sessions_dir, ignored)
     return swept
+
+
+def _note_ignored(sessions_dir: str, name: str, st: os.stat_result, ignored: set[str]) -> None:
+    """An entry named like a session that is not a regular file, by its lstat: readdir's inode
+    differs on a mount point, and the entry would be logged again by each look that used it."""
+    path = os.path.join(sessions_dir, name)
+    ignored.add(path)
+    _ignored.note(path, st.st_ino, st.st_mode)
 
 
 @contextlib.contextmanager
@@ -214,12 +220,7 @@ def _session_entries(sessions_dir: str) -> Iterator[tuple[str, os.DirEntry[str]]
                 if entry.is_file(follow_symlinks=False):
                     yield session_id, entry
                 else:
-                    path = os.path.join(sessions_dir, entry.name)
-                    ignored.add(path)
-                    # lstat's inode, as the sweep and lstat_session note it: readdir's differs on a
-                    # mount point, and each would log the entry again.
-                    st = entry.stat(follow_symlinks=False)
-                    _ignored.note(path, st.st_ino, st.st_mode)
+                    _note_ignored(sessions_dir, entry.name, entry.stat(follow_symlinks=False), ignored)
             except FileNotFoundError:  # gone since readdir
                 continue
     _ignored.forget_all_but(sessions_dir, ignored)
