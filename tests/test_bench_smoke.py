@@ -183,3 +183,35 @@ def test_bench_tree_reports_every_case(tmp_path: Path, capsys: pytest.CaptureFix
     assert all(not case["is_error"] and case["calls"] == 20 for case in cases.values())
     assert cases["children"]["returnedCount"] == 3 and cases["descendants"]["returnedCount"] == 20
     assert "| descendants |" in stdout
+
+
+def test_call_ablation_skips_the_parts_it_names_and_times_the_rest(tmp_path: Path) -> None:
+    """bench/call_ablation (docs/benchmarks.md, "fifth look"): inside the stdio servers bench.stdio_calls
+    starts, a skipped part runs once per distinct request, and the parts left run on every call."""
+    corpus, db, prefix = tmp_path / "sessions", tmp_path / "index.sqlite", tmp_path / "parts"
+    with open(f"{corpus}.summary.json", "w") as summary:
+        subprocess.run(
+            [sys.executable, "-m", "bench.gen_corpus", "--sessions", "30", "--seed", "1", "--scale-bytes", "0.01",
+             "--profile", "long", "--out", str(corpus)],
+            cwd=REPO, stdout=summary, check=True, timeout=60,
+        )  # fmt: skip
+    ccweb_index = Path(sys.executable).parent / "ccweb-index"
+    build = [ccweb_index, "build", "--sessions-dir", corpus, "--db", db]
+    subprocess.run(build, check=True, capture_output=True, timeout=60)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "bench" / "call_ablation"), os.environ.get("PYTHONPATH", "")]),
+        "BENCH_ABLATE": "fresh,position,rows,answer",
+        "BENCH_PART_TIMES": str(prefix),
+    }
+    command = [sys.executable, "-m", "bench.stdio_calls", str(corpus), "--db", str(db), "--calls", "4", "--round", "2"]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    (written,) = tmp_path.glob("parts.*")  # the one product server's; the client and the floors time nothing
+    calls = {line.split()[0]: int(line.split()[1]) for line in written.read_text().splitlines()}
+    # Two conversations cases and one inputs case, each called 20 times to warm up, then 4 times timed.
+    assert calls["IndexAnswers.conversations"] == 2 * 24 and calls["IndexAnswers.inputs"] == 24
+    assert calls["conversations"] == 2 and calls["conversations_answer"] == 2 and calls["change_position"] == 1
+    assert "IndexAnswers._make_fresh" not in calls
+    assert calls["newest_inputs"] == 24, "the inputs call is not ablated"
