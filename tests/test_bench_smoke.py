@@ -198,12 +198,15 @@ def test_call_ablation_skips_the_parts_it_names_and_times_the_rest(tmp_path: Pat
     ccweb_index = Path(sys.executable).parent / "ccweb-index"
     build = [ccweb_index, "build", "--sessions-dir", corpus, "--db", db]
     subprocess.run(build, check=True, capture_output=True, timeout=60)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO / "bench" / "call_ablation"), os.environ.get("PYTHONPATH", "")]),
-        "BENCH_ABLATE": "fresh,position,rows,answer",
-        "BENCH_PART_TIMES": str(prefix),
-    }
+    paths = [str(REPO / "bench" / "call_ablation"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "BENCH_PART_TIMES": str(prefix)}
+    misspelt = subprocess.run(
+        [ccweb_index, "serve", "--sessions-dir", corpus, "--db", db],
+        env={**env, "BENCH_ABLATE": "fresh,rowz"}, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert misspelt.returncode == 2 and "no part named rowz" in misspelt.stderr, misspelt.stderr[-2000:]
+
+    env["BENCH_ABLATE"] = "fresh,position,rows,answer"
     command = [sys.executable, "-m", "bench.stdio_calls", str(corpus), "--db", str(db), "--calls", "4", "--round", "2"]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-4000:]
