@@ -178,6 +178,12 @@ def parse_session(data: bytes, *, checkpoint_from: int | None = None) -> ParsedS
         parsed, walk = _from_document(doc, _decode_messages(doc.messages), _Walk.fresh(doc))
     except RecursionError:
         raise Unreadable("invalid JSON: nested too deeply") from None
+    except msgspec.ValidationError as exc:
+        # A number out of range in a message, which only the message's own decode meets: the slow
+        # path `_decode_document` takes for the header. No checkpoint: its offsets would be the copy's.
+        if "out of range" not in str(exc):
+            raise
+        return parse_session(_without_huge_numbers(data))
     if wants_checkpoint and walk is not None:
         parsed.checkpoint = _checkpoint(data, doc.messages, walk)
     return parsed

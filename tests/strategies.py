@@ -397,8 +397,13 @@ def broken_file_bytes(draw):
     if kind in ("nan", "infinity", "overflow"):
         literal = {"nan": b"NaN", "infinity": draw(st.sampled_from([b"Infinity", b"-Infinity"])),
                    "overflow": draw(st.sampled_from([b"1e400", b"-1e400", b"1" + b"0" * 400 + b".0"]))}[kind]
-        key = draw(st.sampled_from([b"updatedAt", b"x"]))
-        return b'{"' + key + b'": ' + literal + (b", " + good[1:] if good != b"{}" else b"}")
+        key = draw(st.sampled_from([b"updatedAt", b"x", b"id", b"createdAt", b"timestamp", b"role", b"content"]))
+        if key in (b"updatedAt", b"x"):
+            return b'{"' + key + b'": ' + literal + (b", " + good[1:] if good != b"{}" else b"}")
+        # In a message: only that message's own decode meets it. Last, so that its messages win.
+        value = b'["a", ' + literal + b"]" if key == b"content" else literal
+        message = b'{"role": "user", "content": "hi", "' + key + b'": ' + value + b"}"
+        return (good[:-1] + b", " if good != b"{}" else b"{") + b'"messages": [' + message + b"]}"
     if kind == "top-array":
         return b"[" + good + b"]"
     if kind == "top-string":

@@ -118,6 +118,32 @@ def test_invalid_utf8_is_found_across_slices(text: str, bad: bytes, at: int, sli
     assert info.value.reason == f"invalid UTF-8 at byte {strict.value.start}"
 
 
+@pytest.mark.parametrize("checkpoint_from", [None, 0])
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (b'"id": 1e400', (None, "hi", None)),
+        (b'"id": 1.7976931348623159e308', (None, "hi", None)),
+        (b'"createdAt": -1e400, "timestamp": "2026-01-01T00:00:00Z"', (None, "hi", 1767225600000)),  # null: falls back
+        (b'"createdAt": "2026-01-01T00:00:00Z", "timestamp": 1e400', (None, "hi", 1767225600000)),
+        (b'"content": ["a", 1e400, "b"], "id": "m"', ("m", "a\nb", None)),
+    ],
+)
+def test_numbers_beyond_doubles_in_a_message_read_as_null(
+    message: bytes, expected: tuple[Any, ...], checkpoint_from: int | None
+) -> None:
+    """As in the header (docs/decisions.md); a message's fields are decoded apart from the header's,
+    and used to fail the file's parse with msgspec's error (found by an independent test)."""
+    data = b'{"messages": [{"role": 1e400, "content": "skipped"}, {"role": "user", "content": "hi", ' + message + b"}]}"
+    parsed = parse_session(data, checkpoint_from=checkpoint_from)
+    assert [(i.message_id, i.content, i.created_at_ms) for i in parsed.user_inputs] == [expected]
+
+
+def test_an_integer_beyond_pythons_limit_where_a_message_is_read_is_unreadable() -> None:
+    with pytest.raises(Unreadable, match="4300 digits"):
+        parse_session(b'{"messages": [{"role": "user", "content": "hi", "id": ' + b"1" * 4301 + b"}]}")
+
+
 def test_duplicate_keys_last_wins() -> None:
     assert parse_session(b'{"title": "a", "title": "b"}').title == "b"
 
