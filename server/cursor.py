@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 # Bumped when the position format changes: it keys the tag, so older cursors are refused cleanly.
-CURSOR_FORMAT = 1
+CURSOR_FORMAT = 2
 # Longer than any cursor this module makes (an id is at most 128 characters): the rest is refused unread.
 MAX_CURSOR_CHARS = 512
 _TAG_BYTES = 12

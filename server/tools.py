@@ -175,11 +175,19 @@ def history_changed(conversation_id: str) -> ToolError:
 class InputPosition(NamedTuple):
     """Where a page of inputs starts: the newest input not yet returned whole, by its place among the
     conversation's inputs (oldest 0; -1: none is left) and, to tell that it is still the same input,
-    its messageId and createdAt."""
+    its messageId (as `message_key`) and createdAt."""
 
     seq: int
-    message_id: str | None
+    message_key: str | None
     created_at_ms: int | None
+
+
+def message_key(message_id: str | None) -> str | None:
+    """What a cursor keeps of a messageId: a digest, because an id may be of any length and a cursor
+    longer than cursor.MAX_CURSOR_CHARS is refused."""
+    if message_id is None:
+        return None
+    return hashlib.blake2b(message_id.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,10 +248,10 @@ def inputs_request(arguments: dict[str, Any], source: str | None) -> InputsReque
     if position is None:
         return request
     match position:
-        case ["i", int(seq), str() | None as message_id, int() | None as created_at_ms] if (
+        case ["i", int(seq), str() | None as key, int() | None as created_at_ms] if (
             seq >= -1 and _storable(seq) and (created_at_ms is None or _storable(created_at_ms))
         ):
-            start = InputPosition(seq, message_id, created_at_ms)
+            start = InputPosition(seq, key, created_at_ms)
         case _:
             raise invalid_cursor(LIST_USER_INPUTS)
     return InputsRequest(request.conversation_id, request.limit, request.max_chars, start)
@@ -423,7 +431,8 @@ def user_inputs_answer(request: InputsRequest, newest_first: list[StoredInput]) 
     next_cursor = None
     if next_seq is not None:
         anchor = next((item for item in newest_first if item.seq == next_seq), None)
-        position = ["i", next_seq, None, None] if anchor is None else ["i", next_seq, anchor.message_id, anchor.created_at_ms]
+        identity = [None, None] if anchor is None else [message_key(anchor.message_id), anchor.created_at_ms]
+        position = ["i", next_seq, *identity]
         next_cursor = cursor.encode(request.query, position)
     return {
         "conversationId": request.conversation_id,
@@ -441,7 +450,7 @@ def _same_input(start: InputPosition, newest_first: list[StoredInput]) -> bool:
     if not newest_first:
         return False
     first = newest_first[0]
-    return (first.seq, first.message_id, first.created_at_ms) == start
+    return (first.seq, message_key(first.message_id), first.created_at_ms) == start
 
 
 def _input(item: StoredInput, content: str, original: int, truncated: bool) -> dict[str, Any]:

@@ -223,6 +223,18 @@ def test_inputs_rewritten_under_a_cursor_are_refused(client: StdioClient, corpus
     assert_invalid_cursor(client, INPUTS, {"limit": 2, "cursor": cursor})
 
 
+def test_pages_of_inputs_with_long_message_ids_reach_the_end(client: StdioClient, corpus: Corpus) -> None:
+    """A messageId may be of any length; the cursor that names the next input stays within what a
+    cursor may be (found by an independent test: such a cursor was refused as too long)."""
+    doc = session("oldest", "older", "newer", "newest")
+    for message, long_id in zip(doc["messages"][::2], ["中" * 60, "😀" * 1000, "y" * 400, "z"]):
+        message["id"] = long_id
+    corpus.write(SOURCE, doc)
+    pages = page_through(client.call, INPUTS, {}, [1])
+    assert [item["content"] for page in pages for item in page["inputs"]] == ["newest", "newer", "older", "oldest"]
+    assert all(len(page["nextCursor"] or "") <= cursor.MAX_CURSOR_CHARS for page in pages)
+
+
 def test_an_input_longer_than_the_budget_is_passed_over(client: StdioClient, corpus: Corpus) -> None:
     corpus.write(SOURCE, session("a" * 50, "b" * 10, "c" * 50))
     pages = page_through(client.call, INPUTS, {"maxChars": 20}, [5])
