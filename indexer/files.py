@@ -161,10 +161,11 @@ def list_sessions(sessions_dir: str) -> dict[str, int]:
 SweptFile = tuple[str, int, int, int, int]  # (session id, *a Signature's fields), for comparing many cheaply
 
 
-def sweep_sessions(sessions_dir: str) -> list[SweptFile]:
+def sweep_sessions(sessions_dir: str, linked: set[str] | None = None) -> list[SweptFile]:
     """Every session file's id and signature, as (id, ino, size, mtime_ns, ctime_ns): one readdir and
     one lstat per file, and nothing else per file (the check of the whole directory, done often, is
-    compared with the index as a set of these tuples: store.out_of_line).
+    compared with the index as a set of these tuples: store.out_of_line). `linked`, when given, gets
+    the ids of the files with more than one link.
 
     The names are picked out in one search (sessionfile.session_ids_among), and each lstat is
     relative to the directory's descriptor (fstatat), not a walk of the whole path again
@@ -179,6 +180,8 @@ def sweep_sessions(sessions_dir: str) -> list[SweptFile]:
                 continue
             if stat.S_ISREG(st.st_mode):
                 swept.append((session_id, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+                if st.st_nlink > 1 and linked is not None:
+                    linked.add(session_id)
             else:
                 _note_ignored(sessions_dir, session_id + SUFFIX, st, ignored)
     _ignored.forget_all_but(sessions_dir, ignored)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -44,6 +46,46 @@ class RefreshStats:
     writing: set[str] = field(default_factory=set)
 
 
+class Links:
+    """The sessions whose file had more than one link when last looked at.
+
+    A write through another link (a path outside the directory, or another session's name) raises no
+    inotify event on this session's name, so a watcher cannot vouch for these files: it looks at them
+    again itself (docs/design.md, "Files with more than one link")."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: set[str] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self._ids)
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._ids
+
+    def ids(self) -> list[str]:
+        with self._lock:
+            return sorted(self._ids)
+
+    def saw(self, session_id: str, links: int) -> bool:
+        """Note a look at the file (0 links: it is gone); whether it has only now more than one."""
+        with self._lock:
+            if links > 1:
+                new = session_id not in self._ids
+                self._ids.add(session_id)
+                return new
+            self._ids.discard(session_id)
+            return False
+
+    def add(self, session_ids: Iterable[str]) -> None:
+        with self._lock:
+            self._ids.update(session_ids)
+
+    def replace(self, session_ids: set[str]) -> None:
+        with self._lock:
+            self._ids = session_ids
+
+
 class Indexer:
     """Reads session files and writes the index. Thread-safe: the handle's lock guards the connection,
     and is held only to read the index and to commit; files are read and parsed without it.
@@ -70,6 +112,7 @@ class Indexer:
         self._shortage = FaultLog()  # reads failing for the environment's reasons, logged once
         # Called after each look at files (written or not): the server's waits check the index then.
         self.on_indexed: Callable[[], None] | None = None
+        self.links = Links()
 
     # --- the ways in ------------------------------------------------------------------------
 
@@ -92,10 +135,12 @@ class Indexer:
         # The sweep (a stat per file) runs outside the lock: a row committed after it either holds
         # the state the sweep saw (nothing to do) or differs from it (the file is due).
         looked_at = time.time_ns()
+        linked: set[str] = set()
         try:
-            swept = sweep_sessions(self.sessions_dir)
+            swept = sweep_sessions(self.sessions_dir, linked)
         except FileNotFoundError:
             swept = []  # the directory is gone: it holds no sessions until it is back
+        self.links.replace(linked)
         with self.handle.connection() as conn:
             due = store.out_of_line(conn, swept)
             stored = store.stored_signatures(conn, sorted(due))
@@ -133,6 +178,11 @@ class Indexer:
         with self.handle.connection() as conn:
             stored = store.stored_signatures(conn, ids)
         return self._bring_in_line(ids, stored, seen=seen or {}, written=written)
+
+    def look_at_links(self) -> None:
+        """`refresh` the files with more than one link (`Links`), with no watcher's word for them."""
+        if self.links:  # without the lock: the usual directory has none
+            self.refresh(self.links.ids())
 
     # --- the work ---------------------------------------------------------------------------
 
@@ -194,6 +244,8 @@ class Indexer:
         for session_id in ids:
             st = lstat_session(self.sessions_dir, session_id)
             known = stored.get(session_id)
+            if (st is not None and st.st_nlink > 1) or session_id in self.links:
+                self._note_links(session_id, st)
             if st is None:
                 if known is not None:
                     gone.append(session_id)
@@ -204,6 +256,14 @@ class Indexer:
         # In key order, a build appends to the tables' B-trees instead of rewriting pages all over them.
         wanted.sort()
         return gone, wanted
+
+    def _note_links(self, session_id: str, st: os.stat_result | None) -> None:
+        """A file found with more than one link makes the sessions that share its inode followed too:
+        a link made in the directory after the watch began raised an event on the new name only."""
+        if self.links.saw(session_id, 0 if st is None else st.st_nlink):
+            assert st is not None
+            with self.handle.connection() as conn:
+                self.links.add(store.ids_of_inode(conn, st.st_ino))
 
     def _load_and_write(
         self,

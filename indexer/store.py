@@ -43,6 +43,12 @@ def stored_signatures(conn: sqlite3.Connection, ids: list[str] | None = None) ->
     return {row[0]: Stored(Signature(*row[1:5]), row[5], bool(row[6]), bool(row[7])) for row in rows}
 
 
+def ids_of_inode(conn: sqlite3.Connection, ino: int) -> list[str]:
+    """The sessions last seen as this inode. No index serves it: it runs when a file is first seen
+    with another link, which cc-web never makes."""
+    return [row[0] for row in conn.execute("SELECT id FROM sessions WHERE ino = ?", (ino,))]
+
+
 def out_of_line(conn: sqlite3.Connection, swept: list[SweptFile]) -> set[str]:
     """The ids a sweep of the directory (files.sweep_sessions) finds out of line with the index: a
     file whose signature is not a settled (not racy) row's, and a row whose file is gone.

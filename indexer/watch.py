@@ -55,6 +55,8 @@ log = logging.getLogger("ccweb_index")
 
 COALESCE_SECONDS = 0.005
 SYNC_TIMEOUT_SECONDS = 2.0
+# How often an idle applier wakes: to see it is being stopped, and to look at files with another link.
+_IDLE_SECONDS = 0.2
 # After a failed batch the applier waits this long, doubling up to the maximum, before retrying.
 RETRY_SECONDS = (0.5, 30.0)
 # After files that could not be read now (a descriptor shortage...), the same, sooner: the shortage
@@ -226,11 +228,16 @@ class _Applier(threading.Thread):
     def run(self) -> None:
         delay = deferred_delay = 0.0
         while not self._stopping.is_set():
-            if not self.dirty.wait(0.2, self._stopping):
+            pending = self.dirty.wait(_IDLE_SECONDS, self._stopping)
+            # Files with another link raise no event for a write through it: they are looked at on
+            # every turn, so that the waits of issue 13 hear of such a write without a call.
+            if self._stopping.is_set() or not (pending or self.indexer.links):
                 continue
-            time.sleep(COALESCE_SECONDS)
+            if pending:
+                time.sleep(COALESCE_SECONDS)
             try:
-                deferred = apply_dirty(self.indexer, self.dirty)
+                deferred = apply_dirty(self.indexer, self.dirty) if pending else set()
+                self.indexer.look_at_links()
             except Exception as exc:  # a bad moment for the database must not end the watcher
                 try:
                     self._on_error(exc)
@@ -369,6 +376,7 @@ class InotifyWatcher:
         if not self._healthy:  # stopped meanwhile: what the reader said may be about a closed queue
             return False
         apply_dirty(self.indexer, self.dirty)
+        self.indexer.look_at_links()
         return True
 
     def seen_for(self, session_id: str) -> dict[str, int] | None:
@@ -377,6 +385,8 @@ class InotifyWatcher:
         none of it waiting to be applied); else None, and a racy row is read again (docs/design.md,
         "One file's answer and the watcher")."""
         if not self._healthy or self.dirty.watching_since is None or not self.drained():
+            return None
+        if session_id in self.indexer.links:
             return None
         seen = self.dirty.seen_for(session_id)
         return None if seen is None else {session_id: seen}

@@ -8,6 +8,9 @@ real stdio server.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import sqlite3
 import threading
 import time
@@ -130,6 +133,62 @@ def test_mid_write_file_keeps_its_last_good_version(service: Service, corpus: Co
     assert ids(service, scope="children") == ["w1"]
     corpus.write("w1", child("good one", "done", updated="2026-11-29T09:00:00Z"))
     assert inputs(service, "w1") == ["good one", "done"]
+
+
+def statuses(svc: Service) -> dict[str, str]:
+    result = svc.call("ccweb_list_conversations", {"scope": "children"}, SOURCE)
+    assert not result.is_error, result.payload
+    return {row["conversationId"]: row["status"] for row in result.payload["conversations"]}
+
+
+def test_a_write_through_another_link_is_seen(service: Service, corpus: Corpus, tmp_path: Path) -> None:
+    """A session file with a second link: one outside the directory, or another session's name made
+    after the watch began. A write through it raises no inotify event on the session's own name."""
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text(json.dumps(child("x", updated="2026-11-29T08:00:00Z", status="idle")))
+    os.link(outside, corpus.file("far"))
+    corpus.write("near", child("y", updated="2026-11-29T07:00:00Z", status="idle"))
+    assert statuses(service) == {"far": "idle", "near": "idle"}
+    os.link(corpus.file("near"), corpus.file("twin"))
+    assert statuses(service) == {"far": "idle", "near": "idle", "twin": "idle"}
+    with open(outside, "r+b") as f:
+        f.write(json.dumps(child("x", updated="2026-11-29T08:00:00Z", status="running")).encode())
+        f.truncate()
+    corpus.write("twin", child("y", updated="2026-11-29T07:00:00Z", status="finished"))
+    assert statuses(service) == {"far": "running", "near": "finished", "twin": "finished"}
+    # Once the other names are gone, each file is a session with one link again, and still followed.
+    outside.unlink()
+    corpus.delete("twin")
+    corpus.write("far", child("x", updated="2026-11-29T08:00:00Z", status="done"))
+    corpus.write("near", child("y", updated="2026-11-29T07:00:00Z", status="done"))
+    assert statuses(service) == {"far": "done", "near": "done"}
+
+
+def test_the_watcher_itself_follows_a_file_with_another_link(corpus: Corpus, db_path: Path, tmp_path: Path) -> None:
+    """Without any call: waits are woken by what the watcher indexes, so it must look at such a file
+    on its own."""
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text(json.dumps(child("x", updated="2026-11-29T08:00:00Z", status="idle")))
+    os.link(outside, corpus.file("far"))
+    svc = Service(corpus.path, db_path, watch=True)
+    svc.start()
+    try:
+        corpus.write("near", child("y", updated="2026-11-29T07:00:00Z"))
+        assert statuses(svc) == {"far": "idle", "near": "idle"}
+        watcher = svc.watcher
+        assert watcher is not None and wait_until(lambda: watcher.seen_for("near") is not None)
+        assert watcher.seen_for("far") is None  # a one-file call checks it by its own lstat and rules
+        with open(outside, "r+b") as f:
+            f.write(json.dumps(child("x", updated="2026-11-29T08:00:00Z", status="running")).encode())
+            f.truncate()
+
+        def indexed_status() -> str:
+            with contextlib.closing(sqlite3.connect(db_path)) as conn:
+                return str(conn.execute("SELECT status FROM sessions WHERE id = 'far'").fetchone()[0])
+
+        assert wait_until(lambda: indexed_status() == "running")
+    finally:
+        svc.close()
 
 
 def test_unreadable_from_the_start_is_an_error_and_left_out(service: Service, corpus: Corpus) -> None:
