@@ -20,6 +20,7 @@ from mcp.server.stdio import stdio_server
 
 from ccweb_index.server.stop import calls_in_flight, exit_on_sigterm
 from ccweb_index.server.tools import TOOLS, WAIT_FOR_CONVERSATIONS, answer_too_large
+from ccweb_index.server.unparsed import AnsweringUnparsed
 from ccweb_index.server.waits import WaitRoom
 
 if TYPE_CHECKING:  # imported when a call needs it: the index is opened beside the server (LazyService)
@@ -236,7 +237,8 @@ async def serve_stdio(service: Service | LazyService, source: str | None, max_wa
         tasks.start_soon(exit_on_sigterm, write_stream, close, end_waits)  # server.stop: why it exits so
         if isinstance(service, LazyService):
             tasks.start_soon(_stop_unless_opened, service, tasks.cancel_scope)
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        incoming = AnsweringUnparsed(read_stream, write_stream)  # no client waits on a line the SDK refused
+        await server.run(incoming, write_stream, server.create_initialization_options())
         tasks.cancel_scope.cancel()
 
 

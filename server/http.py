@@ -431,10 +431,12 @@ def _parse_error(body: bytes) -> Any:
     import pydantic_core
     from starlette.responses import JSONResponse
 
+    from ccweb_index.server.unparsed import lenient_json, parse_error_message
+
     try:
         pydantic_core.from_json(body)
     except ValueError as exc:
-        error = {"code": -32700, "message": f"Parse error: {exc}"}
+        error = {"code": -32700, "message": parse_error_message(str(exc), lenient_json(body))}
         return JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status_code=400)
     return None
 

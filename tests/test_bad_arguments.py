@@ -187,17 +187,21 @@ def test_arguments_that_are_not_an_object(tmp_path: Path) -> None:
         response = server.call(20, {"name": INPUTS, "arguments": None})
         assert response is not None and response["result"]["isError"] is False
         assert response["result"]["structuredContent"]["conversationId"] == SOURCE
-        # Lines the SDK cannot take as a request at all (params not an object, numbers beyond 4300
-        # digits, nesting beyond its recursion limit, broken JSON) get no answer from the SDK's
-        # transport (it logs them at DEBUG); the server stays up and answers what comes next.
+        # Lines the SDK's transport cannot take as a request: they are answered with the error HTTP
+        # gives them, when their request id can be read (server/unparsed.py); the rest (nesting beyond
+        # any parser's limit, broken JSON) are dropped. The server stays up and answers what follows.
         for n, params in enumerate(([INPUTS], "x", 7, None), 40):
             server.send({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": params})
-        for n, limit in ((30, "9" * 5000), (31, "[" * 100_000 + "]" * 100_000)):
+        for n, limit in ((30, "9" * 5000), (31, "[" * 100_000 + "]" * 100_000), (34, "[" * 300 + "]" * 300)):
             server.send(f'{{"jsonrpc":"2.0","id":{n},"method":"tools/call","params":{{"name":"{INPUTS}","arguments":{{"limit":{limit}}}}}}}')
         server.send('{"jsonrpc":"2.0","id":32,"method":"tools/call","params":{')
+        # A lone surrogate (json.dumps escapes it), with the id after the params as JavaScript's client puts it.
+        server.send({"params": {"name": INPUTS, "arguments": {"conversationId": "ab\ud800"}}, "jsonrpc": "2.0", "id": "s-35", "method": "tools/call"})
         server.send({"jsonrpc": "2.0", "id": 33, "method": "tools/call", "params": {"name": INPUTS, "arguments": {"limit": 1}}})
+        refused = {}
         while (response := server.receive(30)) is not None and response.get("id") != 33:
-            assert "error" in response, response  # a refusal, if anything
+            refused[response["id"]] = response["error"]["code"]
+        assert refused == {40: -32600, 41: -32600, 42: -32600, 43: -32602, 30: -32700, 34: -32700, "s-35": -32700}
         assert response is not None and response["result"]["isError"] is False
         assert server.proc.poll() is None
     finally:

@@ -274,3 +274,25 @@ def test_http_without_the_token_names_it(client: Client, shared_server: tuple[Ht
         print(f"{client.name} client, token {token!r}: {answer['error']['name']}: {message}")
         assert "CCWEB_INDEX_TOKEN" in message and "--token-file" in message, message
         client.send({"op": "close"})
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_lone_surrogate_in_the_arguments_is_refused_at_once(transport: str, corpus: Corpus, tmp_path: Path) -> None:
+    """Half an emoji cut by JavaScript's `slice` is a lone surrogate, which `JSON.stringify` writes as
+    an escape the SDK's parser refuses. Over stdio the SDK dropped such a request, and the client
+    waited for its time-out; now both transports answer with the parse error (server/unparsed.py),
+    and the connection goes on."""
+    client = Client.start("typescript")
+    server = start_http_server(corpus.path, tmp_path / "index.sqlite", tmp_path / "server.log", token=TOKEN) if transport == "http" else None
+    try:
+        client.ok(stdio_command(corpus, tmp_path / "index.sqlite", SOURCE, None) if server is None else http_command(server, SOURCE, None))
+        for arguments in ({"conversationId": "ab\ud800"}, {"agent": "\udc00x"}):
+            tool = INPUTS if "conversationId" in arguments else CONVERSATIONS
+            answer = client.send({"op": "call", "name": tool, "arguments": arguments})
+            assert not answer["ok"] and "-32700" in answer["error"]["message"] + str(answer["error"]["code"]), answer
+            assert "surrogate" in answer["error"]["message"], answer
+        check(client, corpus, CONVERSATIONS, {"scope": "children"}, SOURCE)
+    finally:
+        client.close()
+        if server is not None:
+            stop(server)
