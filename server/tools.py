@@ -486,8 +486,8 @@ def conversations_answer(request: ConversationsRequest, listed: list[Listed], po
         "returnedCount": len(page),
         "hasMore": next_cursor is not None,
         "nextCursor": next_cursor,
-        "conversations": [conversation_row(item) for item in page],
         "changeToken": encode_change_token(position),
+        "conversations": [conversation_row(item) for item in page],  # last: see `wait_answer`
     }
 
 
@@ -503,11 +503,16 @@ def wait_answer(listed: dict[str, Any], changed: list[Changed], *, timed_out: bo
     log keeps, so what changed is unknown: every listed conversation is reported changed."""
     if reset:
         changed = [Changed(row["conversationId"], False) for row in listed["conversations"]]
+    # The rows go last, after every other field: Claude Code shows a model only the first 2 KB of an
+    # answer over about 50,000 characters (docs/decisions.md), and what changed and the next token
+    # are what a waiting agent must not lose.
+    head = {key: value for key, value in listed.items() if key != "conversations"}
     return {
-        **listed,
+        **head,
         "changed": [{"conversationId": item.conversation_id, "deleted": item.deleted} for item in changed],
         "timedOut": timed_out,
         "tokenReset": reset,
+        "conversations": listed["conversations"],
     }
 
 

@@ -302,3 +302,15 @@ def test_without_a_source(contract_corpus: Corpus, tmp_path: Path, source: str |
 def test_unknown_tool_is_a_tool_error(client: StdioClient) -> None:
     payload, is_error = client.call("ccweb_delete_everything", {})
     assert is_error and payload["error"]["code"] == "unknown_tool"
+
+
+def test_the_rows_come_last_in_every_answer(client: StdioClient) -> None:
+    """Claude Code shows a model only the first 2 KB of an answer over about 50,000 characters: every
+    field but the rows (a wait's `changed` and `changeToken` above all) comes before them."""
+    for tool, arguments, rows in (
+        ("ccweb_list_user_inputs", {}, "inputs"),
+        ("ccweb_list_conversations", {"scope": "descendants"}, "conversations"),
+        ("ccweb_wait_for_conversations", {"timeoutSeconds": 0}, "conversations"),
+    ):
+        payload, is_error = client.call(tool, arguments)
+        assert not is_error and list(payload)[-1] == rows, (tool, list(payload))
