@@ -54,8 +54,8 @@ from ccweb_index.server.limits import (
     CountedService,
     Limits,
     LimitsError,
-    accept_errors_throttled,
     client_key,
+    client_lines_throttled,
     fit_to_descriptors,
     protocol_class,
     raise_nofile,
@@ -705,7 +705,7 @@ def serve_http(service: Any, options: HttpOptions, sockets: list[socket.socket] 
         log.info("serving MCP on %s", _url(sock))
     log.info("limits: %s", ", ".join(f"{k}={v}" for k, v in vars(limits).items()))
     try:
-        with accept_errors_throttled():
+        with client_lines_throttled():
             asyncio.run(server.serve(sockets=sockets))
     finally:
         for sig, handler in previous.items():

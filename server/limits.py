@@ -11,7 +11,9 @@ Connections (uvicorn's h11 protocol, subclassed):
 - Descriptors: the soft RLIMIT_NOFILE is raised to the hard limit at start, and `max_connections`
   is lowered so that connections, one accept burst per listening socket and `fd_reserve`
   descriptors for the service's own files (index, session files, watcher, logs) fit under it.
-- asyncio's "socket.accept() out of system resource" is logged at most once a minute, with a count.
+- A line anyone who can connect can cause at will (asyncio's "socket.accept() out of system
+  resource", the SDK's refusal of a foreign Host or Origin, uvicorn's "Invalid HTTP request", the
+  SDK's traceback for a body cut short) is logged at most once a minute per kind, with a count.
 - On a unix socket, a peer whose uid (SO_PEERCRED) is not this process's is disconnected.
 
 Calls (`CallLimiter`): at most `max_calls_per_client` tool calls in flight per client (bearer
@@ -43,6 +45,18 @@ SATURATION_WINDOW_SECONDS = 10.0
 # A rate-limited warning is logged at most once per this many seconds, with the count meanwhile.
 LOG_INTERVAL_SECONDS = 60.0
 ACCEPT_ERROR = "socket.accept() out of system resource"
+# (logger, how its line starts) for each line `client_lines_throttled` holds to one per interval.
+THROTTLED_LINES = (
+    ("asyncio", ACCEPT_ERROR),
+    ("mcp.server.transport_security", "Invalid Host header"),
+    ("mcp.server.transport_security", "Invalid Origin header"),
+    ("mcp.server.transport_security", "Missing Host header"),
+    ("uvicorn.error", "Invalid HTTP request received"),
+    ("mcp.server.streamable_http", "Error handling POST request"),
+    ("mcp.server.streamable_http", "SSE response error"),
+)
+# A throttled line shows this much of its message: a client chooses what a refused header holds.
+_SHOWN_CHARS = 200
 # Waits (issue 13) hold no worker thread and have their own cap in the tool: they are not calls here.
 UNCAPPED_TOOLS = frozenset({"ccweb_wait_for_conversations"})
 
@@ -118,36 +132,45 @@ class Throttle:
             return unlogged
 
 
-class AcceptErrorFilter(logging.Filter):
-    """asyncio retries a failed accept every second and logs each failure with a traceback; this
-    lets one line through per interval, saying how many it held back."""
+class ThrottledLines(logging.Filter):
+    """Lets one line of each kind (`starts`) through per interval, saying how many it held back,
+    cut to `_SHOWN_CHARS` and without its traceback; other lines pass untouched."""
 
-    def __init__(self, interval: float = LOG_INTERVAL_SECONDS) -> None:
+    def __init__(self, starts: list[str], interval: float = LOG_INTERVAL_SECONDS) -> None:
         super().__init__()
-        self._throttle = Throttle(interval)
+        self.interval = interval
+        self._throttles = {start: Throttle(interval) for start in starts}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not str(record.msg).startswith(ACCEPT_ERROR):
+        message = record.getMessage()
+        start = next((start for start in self._throttles if message.startswith(start)), None)
+        if start is None:
             return True
-        unlogged = self._throttle()
+        unlogged = self._throttles[start]()
         if unlogged is None:
             return False
         exc = record.exc_info[1] if record.exc_info else None
-        record.msg = "%s (%s); %d more since the last such line; logged at most once every %d s"
-        record.args = (ACCEPT_ERROR, exc, unlogged, int(self._throttle.interval))
-        record.exc_info = None
+        shown = message.splitlines()[0][:_SHOWN_CHARS] + ("" if exc is None else f" ({type(exc).__name__}: {exc})")
+        record.msg = "%s; %d more since the last such line; logged at most once every %d s"
+        record.args = (shown, unlogged, int(self.interval))
+        record.exc_info = record.exc_text = None
         return True
 
 
 @contextmanager
-def accept_errors_throttled(interval: float = LOG_INTERVAL_SECONDS) -> Iterator[AcceptErrorFilter]:
-    target = logging.getLogger("asyncio")
-    log_filter = AcceptErrorFilter(interval)
-    target.addFilter(log_filter)
+def client_lines_throttled(interval: float = LOG_INTERVAL_SECONDS) -> Iterator[None]:
+    """`ThrottledLines` on the loggers of `THROTTLED_LINES`, for as long as the server runs."""
+    starts: dict[str, list[str]] = {}
+    for name, start in THROTTLED_LINES:
+        starts.setdefault(name, []).append(start)
+    filters = {name: ThrottledLines(kinds, interval) for name, kinds in starts.items()}
+    for name, log_filter in filters.items():
+        logging.getLogger(name).addFilter(log_filter)
     try:
-        yield log_filter
+        yield
     finally:
-        target.removeFilter(log_filter)
+        for name, log_filter in filters.items():
+            logging.getLogger(name).removeFilter(log_filter)
 
 
 # --- connections ---------------------------------------------------------------------------------------

@@ -208,7 +208,7 @@ def test_descriptors_are_reserved_for_the_service(tmp_path: Path, corpus: Corpus
 
 ACCEPT_FLOOD = r"""
 import asyncio, logging, resource, socket, sys, time
-from ccweb_index.server.limits import accept_errors_throttled
+from ccweb_index.server.limits import client_lines_throttled
 
 logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="LOG %(name)s %(message)s")
 resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
@@ -220,7 +220,7 @@ async def main():
     print(server.sockets[0].getsockname()[1], flush=True)
     await asyncio.sleep(seconds)
 
-with accept_errors_throttled(interval):
+with client_lines_throttled(interval):
     asyncio.run(main())
 """
 
@@ -246,6 +246,32 @@ def test_the_accept_error_is_logged_once_a_minute_with_a_count(tmp_path: Path) -
     assert "Traceback" not in err, err[-2000:]
     assert 1 <= len(lines) <= seconds / 2 + 1, err[-2000:]
     assert len(held_back) == len(lines) and sum(held_back) >= 1, "the count of the held-back errors is missing"
+
+
+def test_lines_a_client_causes_at_will_are_logged_once_a_minute(tmp_path: Path) -> None:
+    """A foreign Host on /healthz (no token needed), a request line that is not HTTP: each used to
+    log a line per request, a flood of the log by anyone who can connect (99 MB in 5 s with an 8 KB
+    Host, found by an independent test). One line of each kind now, cut short, with a count."""
+    corpus = Corpus(tmp_path / "sessions")
+    corpus.write("a", session("x"))
+    server = start_http_server(corpus.path, tmp_path / "db.sqlite", tmp_path / "server.log", token=TOKEN)
+    try:
+        with httpx2.Client(base_url=server.base, timeout=10) as client:
+            for n in range(200):
+                assert client.get("/healthz", headers={"Host": f"evil{n}.example" + "x" * 8000}).status_code == 421
+        for _ in range(50):
+            with socket.create_connection(("127.0.0.1", server.port)) as sock:
+                sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+                sock.recv(1024)
+        assert server.healthz().status_code == 200
+    finally:
+        stop(server)
+    log = server.stderr()
+    hosts = [line for line in log.splitlines() if "Invalid Host header" in line]
+    garbage = [line for line in log.splitlines() if "Invalid HTTP request" in line]
+    assert len(hosts) == 1 and len(garbage) == 1, log[-3000:]
+    assert len(hosts[0]) < 400 and "logged at most once every 60 s" in hosts[0], hosts
+    assert "Traceback" not in log
 
 
 # --- calls in flight ----------------------------------------------------------------------------------------
