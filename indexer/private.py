@@ -151,18 +151,53 @@ def modes(path: Path) -> list[tuple[str, str, str | None]]:
 
 
 def refuse_inside_sessions(db: str | os.PathLike[str], sessions_dir: str | os.PathLike[str]) -> None:
-    """Raise IndexInsideSessions when `db` resolves (through symlinks, also of a parent of a file
-    that does not exist yet) to the sessions directory or anywhere under it."""
-    real_db = os.path.realpath(db)
+    """Raise IndexInsideSessions when `db` resolves inside the sessions directory (`inside_sessions`),
+    or when one of the index files is a hard link to a file in it (tightening its mode, or SQLite
+    writing it, would then change that file)."""
     real_sessions = os.path.realpath(sessions_dir)
-    inside = os.path.commonpath([real_db, real_sessions]) == real_sessions
-    if not inside:
-        inside = _under_same_directory(real_db, real_sessions)
-    if inside:
+    where = inside_sessions(db, sessions_dir)
+    if where is not None:
         raise IndexInsideSessions(
-            f"the index {_resolved(db, real_db)} is inside the sessions directory "
-            f"{_resolved(sessions_dir, real_sessions)}, which is only ever read; choose an index path outside it"
+            f"the index {where} is inside the sessions directory {_resolved(sessions_dir, real_sessions)}, "
+            "which is only ever read; choose an index path outside it"
         )
+    linked = _linked_into(db, real_sessions)
+    if linked is not None:
+        raise IndexInsideSessions(
+            f"the index file {linked[0]} is a hard link to {linked[1]} in the sessions directory, which is "
+            "only ever read; remove that link, or choose another index path"
+        )
+
+
+def inside_sessions(path: str | os.PathLike[str], sessions_dir: str | os.PathLike[str]) -> str | None:
+    """`path` as it resolves (through symlinks, also of a parent of a file that does not exist yet,
+    and bind mounts) when that is the sessions directory or anywhere under it; else None."""
+    real = os.path.realpath(path)
+    real_sessions = os.path.realpath(sessions_dir)
+    inside = os.path.commonpath([real, real_sessions]) == real_sessions
+    if not inside:
+        inside = _under_same_directory(real, real_sessions)
+    return _resolved(path, real) if inside else None
+
+
+def _linked_into(db: str | os.PathLike[str], real_sessions: str) -> tuple[str, str] | None:
+    """(an index file, the file in the sessions directory it is a hard link to), if there is one.
+    The directory is listed only when an index file has more than one link, which SQLite never makes."""
+    linked = {}
+    for name in (f"{os.fspath(db)}{suffix}" for suffix in INDEX_SUFFIXES):
+        with contextlib.suppress(OSError):
+            st = os.lstat(name)
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                linked[(st.st_dev, st.st_ino)] = name
+    if not linked:
+        return None
+    with contextlib.suppress(OSError), os.scandir(real_sessions) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                st = entry.stat(follow_symlinks=False)
+                if (st.st_dev, st.st_ino) in linked:
+                    return linked[(st.st_dev, st.st_ino)], entry.path
+    return None
 
 
 def _resolved(given: str | os.PathLike[str], real: str) -> str:

@@ -424,8 +424,9 @@ def _serve_http(
         limits=Limits(**listen.limits),
         max_waits=max_waits,
     )
+    _refuse_inside_sessions(sessions_dir, "--unix-socket", listen.unix_socket)
     try:
-        options.token = _http_token(listen.token_file, unix_socket=listen.unix_socket is not None)
+        options.token = _http_token(listen.token_file, sessions_dir, unix_socket=listen.unix_socket is not None)
         check_bind(options.host, options.token, options.unix_socket)  # refusals come before the index is opened
         if options.unix_socket is not None:
             sockets = [bind_unix_socket(options.unix_socket)]
@@ -446,15 +447,29 @@ def _serve_http(
     sys.exit(status)
 
 
-def _http_token(token_file: str | None, *, unix_socket: bool) -> str | None:
+def _refuse_inside_sessions(sessions_dir: str, what: str, path: str | os.PathLike[str] | None) -> None:
+    """A file the server would create (`what`) may no more be in the sessions directory than the
+    index (`_refusing_db_inside_sessions`): a usage error, before anything is created."""
+    from ccweb_index.indexer.private import inside_sessions
+
+    where = None if path is None else inside_sessions(path, sessions_dir)
+    if where is not None:
+        raise click.UsageError(
+            f"{what} {where} is inside the sessions directory {sessions_dir}, which is only ever read; "
+            "choose a path outside it"
+        )
+
+
+def _http_token(token_file: str | None, sessions_dir: str, *, unix_socket: bool) -> str | None:
     """The configured token; else, on TCP, the default one (created on first use). A unix socket
     admits only this uid, so it needs no token unless one is configured."""
-    from ccweb_index.server.credentials import TokenFileError, default_token
+    from ccweb_index.server.credentials import TokenFileError, default_token, default_token_path
     from ccweb_index.server.http import TOKEN_ENV, load_token
 
     token = load_token(token_file)
     if token is not None or unix_socket:
         return token
+    _refuse_inside_sessions(sessions_dir, "the default token file", default_token_path())
     try:
         token, path, created = default_token()
     except TokenFileError as exc:

@@ -286,6 +286,38 @@ def test_an_index_inside_the_sessions_directory_is_refused(corpus: Corpus, tmp_p
             assert snapshot(corpus.path) == before, f"{db} wrote into the sessions directory"
 
 
+@pytest.mark.parametrize("suffix", INDEX_SUFFIXES)
+def test_an_index_file_linked_to_a_session_file_is_refused(corpus: Corpus, tmp_path: Path, suffix: str) -> None:
+    """A hard link is no path into the directory, yet tightening the index file's mode (or SQLite
+    writing it) would change the session file (found by an independent test)."""
+    corpus.write("a", session("x"))
+    db = tmp_path / "index" / "x.sqlite"
+    db.parent.mkdir()
+    os.link(corpus.file("a"), f"{db}{suffix}")
+    before = snapshot(corpus.path)
+    result = cli("build", "--sessions-dir", str(corpus.path), "--db", str(db))
+    assert result.exit_code == 2, result.output
+    assert "hard link" in " ".join(result.output.split()), result.output
+    assert snapshot(corpus.path) == before
+
+
+@pytest.mark.parametrize(
+    ("option", "where"), [("--unix-socket", "{sessions}/evil.sock"), ("XDG_CONFIG_HOME", "{sessions}/.config")]
+)
+def test_no_file_of_the_http_server_is_made_inside_the_sessions_directory(
+    corpus: Corpus, tmp_path: Path, option: str, where: str
+) -> None:
+    """Its socket and its default token file are refused there as the index is (exit 2)."""
+    corpus.write("a", session("x"))
+    before = snapshot(corpus.path)
+    path = where.format(sessions=corpus.path)
+    args, env = (["--unix-socket", path], {}) if option.startswith("--") else ([], {option: path})
+    result = cli("serve", "--transport", "http", "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "x.sqlite"), *args, env=env)
+    assert result.exit_code == 2, result.output
+    assert "only ever read" in " ".join(result.output.split()), result.output
+    assert snapshot(corpus.path) == before
+
+
 def test_an_index_beside_the_sessions_directory_is_accepted(corpus: Corpus, tmp_path: Path) -> None:
     corpus.write("a", session("x"))
     db = tmp_path / f"{corpus.path.name}-index" / "x.sqlite"  # shares the name as a prefix, not the directory
