@@ -517,13 +517,21 @@ def call(
     source_session: str | None,
 ) -> None:
     """Run one tool once, in-process, and print the JSON it returns (exit 1 on a tool error)."""
-    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.WARNING)
+    from ccweb_index.server.unparsed import holds_lone_surrogate, parse_error_message
+
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s ccweb-index %(levelname)s %(message)s",
+    )
     try:
         arguments = json.loads(args_json)
     except json.JSONDecodeError as exc:
         raise click.UsageError(f"ARGS_JSON is not valid JSON: {exc}") from None
     if not isinstance(arguments, dict):
         raise click.UsageError("ARGS_JSON must be a JSON object, e.g. '{\"limit\": 5}'")
+    if holds_lone_surrogate(arguments):  # refused as every transport refuses it (server/unparsed.py)
+        raise click.UsageError(f"ARGS_JSON: {parse_error_message('', arguments)}")
     service = _open_service(sessions_dir, db, max_session_bytes)
     service.start()
     result = service.call(tool, arguments, source_session)

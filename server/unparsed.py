@@ -88,7 +88,7 @@ def refusal(failure: pydantic.ValidationError) -> types.JSONRPCError | None:
 def parse_error_message(reason: str, request: Any) -> str:
     """The parse error's message for a request the SDK refused (`request`: as `lenient_json` read it,
     or None): pydantic's `reason`, or in plain words the fault clients meet most."""
-    if _holds_lone_surrogate(request):
+    if holds_lone_surrogate(request):
         return (
             "Parse error: a string in the request holds a lone UTF-16 surrogate (an escape from \\ud800 to "
             "\\udfff on its own), which is half of a character such as an emoji, cut apart. Send whole "
@@ -97,7 +97,8 @@ def parse_error_message(reason: str, request: Any) -> str:
     return f"Parse error: {reason}"
 
 
-def _holds_lone_surrogate(value: Any) -> bool:
+def holds_lone_surrogate(value: Any) -> bool:
+    """Whether a string anywhere in `value` (a JSON value as the standard library reads it) holds one."""
     pending = [value]
     while pending:
         item = pending.pop()

@@ -56,7 +56,8 @@ def test_call_prints_the_tool_json_and_exits_1_on_a_tool_error(corpus: Corpus, d
 
 
 def test_call_rejects_bad_argument_json(corpus: Corpus, db_path: Path) -> None:
-    for bad in ("{not json", "[1, 2]"):
+    # A lone surrogate: every transport refuses the request (docs/decisions.md); so does `call`.
+    for bad in ("{not json", "[1, 2]", '{"agent": "\\ud800"}'):
         result = cli("call", "ccweb_list_conversations", bad, "--sessions-dir", str(corpus.path), "--db", str(db_path))
         assert result.returncode == 2
         assert "ARGS_JSON" in result.stderr and "Traceback" not in result.stderr
