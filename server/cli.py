@@ -314,15 +314,23 @@ def serve(
     limits: dict[str, Any],
 ) -> None:
     """Serve the MCP tools over stdio (default) or as one shared Streamable HTTP server."""
+    # Until each transport takes SIGTERM itself, nothing has been served: leave at once, with
+    # status 0 (the SDK's import alone takes most of a second, and the default action is 143).
+    previous = signal.signal(signal.SIGTERM, _exit_before_serving)
     if transport == "http":
         listen = _Listen(host, port, unix_socket, token_file, allowed_host, limits)
-        _serve_http(ctx, sessions_dir, db, max_session_bytes, verbose, no_watch, poll, listen, max_waits)
+        try:
+            _serve_http(ctx, sessions_dir, db, max_session_bytes, verbose, no_watch, poll, listen, max_waits)
+        except click.ClickException:  # refused before serving: a caller in this process keeps its handler
+            signal.signal(signal.SIGTERM, previous)
+            raise
         return
     http_only = [name for name, value in (("--host", host), ("--port", port), ("--token-file", token_file),
                                           ("--unix-socket", unix_socket), ("--allowed-host", allowed_host or None))
                  if value is not None]  # fmt: skip
     http_only += [option for option, field, _, _ in _LIMIT_OPTIONS if field in limits]
     if http_only:
+        signal.signal(signal.SIGTERM, previous)
         raise click.UsageError(f"{', '.join(http_only)} only apply to --transport http")
 
     import anyio
@@ -445,6 +453,11 @@ def _serve_http(
     except StartupError as exc:
         raise click.ClickException(str(exc)) from None
     sys.exit(status)
+
+
+def _exit_before_serving(*_: object) -> None:
+    logging.shutdown()
+    os._exit(0)
 
 
 def _refuse_inside_sessions(sessions_dir: str, what: str, path: str | os.PathLike[str] | None) -> None:

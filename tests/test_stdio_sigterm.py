@@ -260,3 +260,44 @@ def test_a_stop_in_the_drain_is_kept_when_the_client_closes_stdin(tmp_path: Path
         assert code == 0, (code, server.log.read_text())
     finally:
         server.kill()
+
+
+# Holds the import of `module` (the SDK's side of a transport), marking when it began.
+SLOW_IMPORT = """
+import sys, time
+from pathlib import Path
+
+class _SlowImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            Path({marker!r}).touch()
+            time.sleep(10)
+        return None
+
+sys.meta_path.insert(0, _SlowImport())
+"""
+
+
+@pytest.mark.parametrize(
+    ("transport", "module"), [("stdio", "ccweb_index.server.app"), ("http", "ccweb_index.server.http")]
+)
+def test_sigterm_while_the_sdk_is_imported_exits_0(tmp_path: Path, corpus: Corpus, transport: str, module: str) -> None:
+    """Importing the SDK takes most of a second, before either transport takes SIGTERM itself; a
+    SIGTERM then took the default action, status 143 (found by an independent test)."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    marker = tmp_path / "import-began"
+    (hooks / "sitecustomize.py").write_text(SLOW_IMPORT.format(module=module, marker=str(marker)))
+    command = [CCWEB_INDEX, "serve", "--transport", transport, "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "i.sqlite")]
+    if transport == "http":
+        command += ["--port", "0"]
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=clean_env(PYTHONPATH=str(hooks), CCWEB_INDEX_TOKEN="t" * 32))  # fmt: skip
+    try:
+        assert wait_until(marker.exists, 30), "the import never began"
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=2.0) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
