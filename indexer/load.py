@@ -23,6 +23,7 @@ import contextlib
 import logging
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
@@ -539,18 +540,23 @@ def _read_exactly(fd: int, size: int) -> bytes:
 
 
 def _worker() -> None:
-    """A worker's loop: settings first, then chunks of ids in, lists of results out, until EOF."""
+    """A worker's loop: settings first, then chunks of ids in, lists of results out, until EOF.
+
+    A parent that is gone (stopped or killed mid-pass) ends the worker quietly: its stderr is the
+    parent's, which for `serve` is the MCP client's log."""
+    # A terminal's ^C reaches the whole process group: the parent decides, and its end closes our pipe.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The protocol owns the real stdout; anything else printed here goes to stderr instead.
     stdin, stdout = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    sessions_dir, max_bytes = _receive(stdin)
-    while True:
-        try:
+    try:
+        sessions_dir, max_bytes = _receive(stdin)
+        while True:
             chunk = _receive(stdin)
-        except EOFError:
-            return
-        wanted = [Wanted(session_id, 0, None if cp is None else Checkpoint(*cp)) for session_id, cp in chunk]
-        _write_frame(stdout, [_flatten(item) for item in _load_chunk(sessions_dir, wanted, max_bytes)])
+            wanted = [Wanted(session_id, 0, None if cp is None else Checkpoint(*cp)) for session_id, cp in chunk]
+            _write_frame(stdout, [_flatten(item) for item in _load_chunk(sessions_dir, wanted, max_bytes)])
+    except (EOFError, BrokenPipeError):
+        return
 
 
 def _chunks(wanted: list[Wanted]) -> Iterator[list[Wanted]]:

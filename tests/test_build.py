@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -65,6 +67,25 @@ def test_a_dead_worker_costs_nothing(corpus: Corpus, tmp_path: Path, monkeypatch
     monkeypatch.setattr(load, "WORKER_COMMAND", [sys.executable, "-c", "import sys; sys.exit(3)"])
     build(corpus, tmp_path / "dead.sqlite")
     assert index_rows(tmp_path / "dead.sqlite") == index_rows(tmp_path / "serial.sqlite")
+
+
+def test_a_worker_whose_parent_is_gone_ends_quietly(corpus: Corpus) -> None:
+    """A server stopped mid-pass leaves its workers writing to a closed pipe; their stderr is the
+    MCP client's log, where each printed a BrokenPipeError traceback (found by an independent test).
+    A ^C on a terminal reaches the whole group: the worker leaves that to its parent."""
+    make_corpus(corpus)
+    worker = subprocess.Popen(load.WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=load.worker_environment())
+    assert worker.stdin is not None and worker.stdout is not None
+    chunk = [(f"s{n}", None) for n in range(40)]
+    load._write_frame(worker.stdin.fileno(), (str(corpus.path), 1 << 20))
+    load._write_frame(worker.stdin.fileno(), chunk)
+    assert len(load._receive(worker.stdout.fileno())) == len(chunk)  # at work, past its start
+    worker.send_signal(signal.SIGINT)
+    worker.stdout.close()  # the parent is gone before the next answer
+    load._write_frame(worker.stdin.fileno(), chunk)
+    worker.stdin.close()
+    assert worker.wait(timeout=30) == 0
+    assert worker.stderr is not None and worker.stderr.read() == b""
 
 
 @pytest.mark.parametrize("users", [{}, {"MALLOC_TRIM_THRESHOLD_": "0"}])
