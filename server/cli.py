@@ -203,11 +203,20 @@ def watch(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bo
     _setup_logging(verbose)
     _require_dir(sessions_dir)
     service = _open_service(sessions_dir, db, max_session_bytes, watch=True, poll=poll)
-    stop = threading.Event()
+    stop, started = threading.Event(), threading.Event()
+
+    def on_signal(*_: object) -> None:
+        if not started.is_set():  # the first pass holds the index: leave it unfinished
+            from ccweb_index.server.stop import exit_mid_pass
+
+            exit_mid_pass()
+        stop.set()
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, on_signal)
     try:
         service.start()
+        started.set()
         log.info("watching %s (index %s)", service.sessions_dir, service.db_path)
         stop.wait()
     finally:

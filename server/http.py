@@ -711,11 +711,15 @@ def serve_http(service: Any, options: HttpOptions, sockets: list[socket.socket] 
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         _close_listeners(sockets, unix_paths)
-        if not state.ready.is_set():
-            log.info("waiting for the initial indexing to finish before closing the index")
-        starter.join()
-        service.close()
-        log.info("stopped")
+        mid_pass = not state.ready.is_set()
+        if not mid_pass:
+            starter.join()
+            service.close()
+            log.info("stopped")
+    if mid_pass:  # every call has been answered; the first pass is not waited for
+        from ccweb_index.server.stop import exit_mid_pass
+
+        exit_mid_pass()
     return 0
 
 

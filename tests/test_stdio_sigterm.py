@@ -301,3 +301,28 @@ def test_sigterm_while_the_sdk_is_imported_exits_0(tmp_path: Path, corpus: Corpu
         if proc.poll() is None:
             proc.kill()
         proc.communicate()
+
+
+@pytest.mark.parametrize("command", [("watch",), ("serve", "--transport", "http", "--port", "0")], ids=" ".join)
+def test_watch_and_the_http_server_stop_during_the_first_pass_at_once(
+    tmp_path: Path, corpus: Corpus, command: tuple[str, ...]
+) -> None:
+    """As a stdio server does: they used to wait for the whole first pass, which grows with the
+    installation, and `watch` then said it was watching (found by an independent test)."""
+    corpus.write("w1", session("hello"))
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    marker = tmp_path / "pass-began"
+    (hooks / "sitecustomize.py").write_text(SLOW_FIRST_PASS.format(marker=str(marker)))
+    args = [CCWEB_INDEX, *command, "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "i.sqlite")]
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=clean_env(PYTHONPATH=str(hooks), CCWEB_INDEX_TOKEN="t" * 32))  # fmt: skip
+    try:
+        assert wait_until(marker.exists, 30), "the first pass never began"
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=2.0) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _, err = proc.communicate()
+    assert "Traceback" not in err.decode() and "watching" not in err.decode(), err.decode()[-2000:]
