@@ -571,7 +571,14 @@ def status(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: b
     devices, directories), which are never read. Run `build` first for an up-to-date picture when
     no watcher or server keeps the index current.
     """
+    from ccweb_index.indexer.db import resolve_db_path
+
     _setup_logging(verbose)
+    path = resolve_db_path(sessions_dir, db)
+    if not path.exists():  # a look makes no index: one made here would belong to a mistyped directory
+        click.echo(f"sessions directory: {os.path.abspath(sessions_dir)}" + ("" if os.path.isdir(sessions_dir) else " (missing)"))
+        click.echo(f"index: none yet at {path}; `ccweb-index build` makes it (so do `serve` and `watch`)")
+        return
     service = _open_service(sessions_dir, db, max_session_bytes)
     try:
         exists = os.path.isdir(service.sessions_dir)

@@ -87,3 +87,14 @@ def test_the_parse_budget_option_reaches_every_command(corpus: Corpus, db_path: 
         with stdio_client_for(corpus.path, db_path, args=args, env=env) as client:
             payload, is_error = client.call("ccweb_list_user_inputs", {"conversationId": "a"})
         assert not is_error and [i["content"] for i in payload["inputs"]] == ["hello"]
+
+
+def test_status_makes_no_index(corpus: Corpus, db_path: Path, tmp_path: Path) -> None:
+    """A look with a mistyped sessions directory made an index that belonged to it, and every later
+    command with the right one was refused (found by an independent test)."""
+    corpus.write("a", session("x"))
+    result = cli("status", "--sessions-dir", str(tmp_path / "typo"), "--db", str(db_path))
+    assert result.returncode == 0 and "none yet" in result.stdout and "(missing)" in result.stdout, result.stdout
+    assert not db_path.exists()
+    assert cli("build", "--sessions-dir", str(corpus.path), "--db", str(db_path)).returncode == 0
+    assert "sessions: 1 readable" in cli("status", "--sessions-dir", str(corpus.path), "--db", str(db_path)).stdout
