@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -29,6 +30,18 @@ if TYPE_CHECKING:
 # commands that use them: `serve` answers `initialize` before it opens the index (docs/decisions.md).
 
 log = logging.getLogger("ccweb_index")
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds in a range: nan passes FloatRange's comparisons, and inf its maximum-less one."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -149,7 +162,7 @@ def main() -> None:
 @click.option(
     "--progress-seconds",
     envvar="CCWEB_INDEX_PROGRESS_SECONDS",
-    type=click.FloatRange(min=0),
+    type=Seconds(min=0),
     default=PROGRESS_LOG_SECONDS,
     show_default=True,
     help="When stderr is not a terminal: log a progress line this often (on a terminal, a bar shows it).",
@@ -226,7 +239,7 @@ def watch(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bo
 
 # HTTP only: (option, Limits field, type, help). Defaults come from server.limits.Limits.
 _LIMIT_OPTIONS = (
-    ("--read-timeout", "read_timeout", click.FloatRange(min=0.1), "seconds a client has to send a whole request "
+    ("--read-timeout", "read_timeout", Seconds(min=0.1), "seconds a client has to send a whole request "
      "(headers and body), from connecting or from its previous answer; a slower one is disconnected"),
     ("--keep-alive-timeout", "keep_alive_timeout", click.IntRange(min=1), "seconds an idle connection is kept "
      "open after an answer"),

@@ -62,8 +62,9 @@ def test_a_build_shorter_than_the_interval_logs_no_progress_line(corpus: Corpus,
     assert "INFO build" not in result.stderr and f"{FILES} sessions, " in result.stderr
 
 
-def test_a_bad_progress_interval_is_a_usage_error(corpus: Corpus, db_path: Path) -> None:
-    result = build(corpus, db_path, "--progress-seconds", "-1")
+@pytest.mark.parametrize("seconds", ["-1", "nan", "inf"])  # nan passes every comparison of a range
+def test_a_bad_progress_interval_is_a_usage_error(corpus: Corpus, db_path: Path, seconds: str) -> None:
+    result = build(corpus, db_path, "--progress-seconds", seconds)
     assert result.returncode == 2 and "--progress-seconds" in result.stderr and "Traceback" not in result.stderr
 
 
