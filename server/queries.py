@@ -157,9 +157,9 @@ def good_rows(conn: sqlite3.Connection, session_ids: list[str]) -> list[SessionR
     return out
 
 
-def descendant_ids(conn: sqlite3.Connection, source: str) -> list[str]:
-    rows = conn.execute("SELECT descendant FROM tree_links WHERE ancestor = ?", (source,)).fetchall()
-    return [row[0] for row in rows]
+def tree_depths(conn: sqlite3.Connection, source: str) -> dict[str, int]:
+    """Every session below `source` (tree_links), with its depth."""
+    return dict(conn.execute("SELECT descendant, depth FROM tree_links WHERE ancestor = ?", (source,)).fetchall())
 
 
 def session_state(conn: sqlite3.Connection, session_id: str) -> tuple[bool, str | None] | None:
@@ -261,7 +261,7 @@ def selected_changes(conn: sqlite3.Connection, changes: list[Change], request: C
     A change concerns a selection when the session matched it before or after (one that enters or
     leaves a filter, the tree, or, deleted, the list is reported), its id among conversationIds if
     those are given."""
-    tree = _watched_tree(conn, changes, request) if request.scope == "descendants" else frozenset()
+    tree = _watched_tree(conn, changes, request) if request.scope == "descendants" else {}
     latest: dict[str, Change] = {}
     for change in changes:
         if request.ids is not None and change.session_id not in request.ids:
@@ -272,9 +272,10 @@ def selected_changes(conn: sqlite3.Connection, changes: list[Change], request: C
     return [Changed(change.session_id, change.after is None) for change in reversed(latest.values())]
 
 
-def _selects(facts: Facts, request: ConversationsRequest, tree: frozenset[str]) -> bool:
+def _selects(facts: Facts, request: ConversationsRequest, tree: dict[str, int]) -> bool:
     """Whether a session with these facts is in the selection's scope and filters (`tree`: the source
-    and every session below it, for scope "descendants")."""
+    and every session below it with its depth, for scope "descendants", whose list stops at
+    DESCENDANTS_MAX_DEPTH)."""
     if not in_filters(facts, request):
         return False
     if request.scope == "all":
@@ -282,25 +283,29 @@ def _selects(facts: Facts, request: ConversationsRequest, tree: frozenset[str]) 
     assert request.source is not None
     if request.scope == "children":
         return is_child_of(facts, request.source)
-    return facts.created_from_kind == "mcp" and facts.created_from_source in tree
+    return _parent_depth(facts, tree) < DESCENDANTS_MAX_DEPTH
 
 
-def _watched_tree(conn: sqlite3.Connection, changes: list[Change], request: ConversationsRequest) -> frozenset[str]:
-    """The source and every session below it now (tree_links), and every session a change shows
-    below one of those, before or after it: a deleted subtree has left tree_links, but its
-    tombstones still name their parents."""
+def _parent_depth(facts: Facts, tree: dict[str, int]) -> int:
+    """The depth of the session's MCP parent in `tree`; past the bound when it has none there."""
+    if facts.created_from_kind != "mcp" or facts.created_from_source is None:
+        return DESCENDANTS_MAX_DEPTH
+    return tree.get(facts.created_from_source, DESCENDANTS_MAX_DEPTH)
+
+
+def _watched_tree(conn: sqlite3.Connection, changes: list[Change], request: ConversationsRequest) -> dict[str, int]:
+    """The source (depth 0) and every session below it now (tree_links), and every session a change
+    shows below one of those within the bound, before or after it: a deleted subtree has left
+    tree_links, but its tombstones still name their parents."""
     assert request.source is not None
-    members = {request.source, *descendant_ids(conn, request.source)}
+    members = {**tree_depths(conn, request.source), request.source: 0}
     while True:
-        joined = {
-            change.session_id
-            for change in changes
-            if change.session_id not in members
-            and any(
-                facts is not None and facts.created_from_kind == "mcp" and facts.created_from_source in members
-                for facts in (change.before, change.after)
-            )
-        }
+        joined: dict[str, int] = {}
+        for change in changes:
+            depths = [_parent_depth(facts, members) for facts in (change.before, change.after) if facts is not None]
+            parent = min(depths, default=DESCENDANTS_MAX_DEPTH)
+            if change.session_id not in members and parent < DESCENDANTS_MAX_DEPTH:
+                joined[change.session_id] = min(parent + 1, joined.get(change.session_id, parent + 1))
         if not joined:
-            return frozenset(members)
+            return members
         members |= joined

@@ -236,6 +236,29 @@ def test_a_wait_on_descendants_is_woken_by_a_grandchild(corpus: Corpus, db_path:
     assert {row["conversationId"]: row["depth"] for row in second["conversations"]} == {"gg1": 3, "g1": 2, "w2": 1, "w1": 1}
 
 
+def test_a_descendants_wait_stops_where_the_list_stops(corpus: Corpus, db_path: Path) -> None:
+    """The list shows DESCENDANTS_MAX_DEPTH levels; a change one level further down is no change of
+    the selection (it woke the wait, with a row the answer did not list: found by an independent test)."""
+    from ccweb_index.indexer.tree import DESCENDANTS_MAX_DEPTH
+
+    parent = SOURCE
+    corpus.write(SOURCE, session("plan", updated="2026-11-20T00:00:00Z"))
+    for depth in range(1, DESCENDANTS_MAX_DEPTH + 2):
+        corpus.write(f"d{depth}", session("work", updated="2026-11-21T00:00:00Z", created_from={"kind": "mcp", "sourceSessionId": parent}))
+        parent = f"d{depth}"
+    tree = {"scope": "descendants", "timeoutSeconds": 1}
+    with served(corpus, db_path, watch=False) as client:
+        token = token_of(client, {"scope": "descendants"})
+        beyond = f"d{DESCENDANTS_MAX_DEPTH + 1}"
+        corpus.write(beyond, session("work", "more", updated="2026-11-22T00:00:00Z", created_from={"kind": "mcp", "sourceSessionId": f"d{DESCENDANTS_MAX_DEPTH}"}))
+        payload, is_error = client.call(WAIT, {**tree, "since": token})
+        assert not is_error and payload["timedOut"] is True and payload["changed"] == [], payload["changed"]
+        last = f"d{DESCENDANTS_MAX_DEPTH}"
+        corpus.write(last, session("work", "more", updated="2026-11-22T00:00:00Z", created_from={"kind": "mcp", "sourceSessionId": f"d{DESCENDANTS_MAX_DEPTH - 1}"}))
+        payload, is_error = client.call(WAIT, {**tree, "since": payload["changeToken"]})
+    assert not is_error and payload["changed"] == [{"conversationId": last, "deleted": False}], payload["changed"]
+
+
 def test_a_deleted_subtree_is_reported_whole(corpus: Corpus, db_path: Path) -> None:
     """A child and its own worker deleted together: both have left the tree, but their tombstones
     still say where they were, so the next wait reports both (without a watcher: the wait's check
