@@ -94,10 +94,13 @@ class IndexAnswers:
         """What changed for the wait's selection after `since`, and its answer if anything did."""
         selection = check.request.selection
         with self.handle.deadline(LOCK_WAIT_SECONDS):
+            # Without `since`, "now" is read before the freshness proof: a change made after the call
+            # began but brought into the index by the proof is after it, and is reported.
+            called = self._called_at() if check.since is None and check.fresh else None
             synced = self._make_fresh() if check.fresh else True
             with self.handle.connection() as conn:
                 position = queries.change_position(conn)
-                since = check.since or position
+                since = check.since or (called if called and called.index_id == position.index_id else position)
                 foreign = since.index_id != position.index_id or since.seq > position.seq
                 changes = None if foreign else queries.changes_after(conn, since.seq, position.seq)
                 reset = changes is None  # another index, a rebuilt one, or older than the log keeps
@@ -108,6 +111,16 @@ class IndexAnswers:
         listed = conversations_answer(selection, rows, position)
         timed_out = not (reset or changed)
         return WaitState(position, wait_answer(listed, changed, timed_out=timed_out, reset=reset), synced)
+
+    def _called_at(self) -> ChangePosition | None:
+        """The index's change position as it is, when the index is open and in line with the files
+        (else None: the position after the proof stands in). During a first pass it is the pass's
+        progress so far: files the pass reads later are reported as changed, which costs the agent
+        a look, where a missed change would cost it the whole time-out."""
+        if not self.handle.is_open or self.handle.needs_reconcile:
+            return None
+        with self.handle.connection() as conn:
+            return queries.change_position(conn)
 
     def _make_fresh(self) -> bool:
         """Bring the index in line for a conversations answer; whether a watcher did it. Within the

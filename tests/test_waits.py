@@ -259,6 +259,35 @@ def test_a_descendants_wait_stops_where_the_list_stops(corpus: Corpus, db_path: 
     assert not is_error and payload["changed"] == [{"conversationId": last, "deleted": False}], payload["changed"]
 
 
+def test_a_wait_without_since_reports_a_change_made_as_it_began(
+    corpus: Corpus, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """"Without since, it waits for a change after the call": a change made after the call began,
+    which the call's own freshness proof brings into the index, is such a change. "Now" was read
+    after the proof, and the change was lost (found by an independent test)."""
+    from ccweb_index.server import from_index
+    from ccweb_index.server.from_index import WaitCheck
+    from ccweb_index.server.service import Service
+    from ccweb_index.server.tools import wait_request
+
+    write_family(corpus)
+    prove = from_index.IndexAnswers._make_fresh
+
+    def written_then_proved(self: Any) -> bool:
+        corpus.write("w1", child("task one", status="done"))  # after the call began, before its proof
+        return prove(self)
+
+    svc = Service(corpus.path, db_path, watch=False)
+    svc.start()
+    try:
+        monkeypatch.setattr(from_index.IndexAnswers, "_make_fresh", written_then_proved)
+        request = wait_request({"scope": "children", "timeoutSeconds": 0}, SOURCE)
+        state = svc.wait_check(WaitCheck(request, None, fresh=True, final=True))
+    finally:
+        svc.close()
+    assert state.answer is not None and state.answer["changed"] == [{"conversationId": "w1", "deleted": False}]
+
+
 def test_a_deleted_subtree_is_reported_whole(corpus: Corpus, db_path: Path) -> None:
     """A child and its own worker deleted together: both have left the tree, but their tombstones
     still say where they were, so the next wait reports both (without a watcher: the wait's check
