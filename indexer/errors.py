@@ -52,7 +52,8 @@ class IndexInsideSessions(ValueError):
 _SQLITE_ERROR, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 1, 5, 6, 8
 _SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
 _SQLITE_READONLY_DBMOVED = _SQLITE_READONLY | (4 << 8)
-_SCHEMA_GONE = re.compile(r"no such (table|column|index)|malformed|not a database", re.IGNORECASE)
+# A schema not the migrations' (a column an INSERT names is "has no column named" in SQLite's words).
+_SCHEMA_GONE = re.compile(r"no such (table|column|index)|has no column named|malformed|not a database", re.IGNORECASE)
 # Failures that say nothing about the database file itself: the lock, the disk, the permissions.
 _ENVIRONMENTAL = {3, 5, 6, 7, 8, 9, 10, 13, 14, 15, 22, 23}  # PERM BUSY LOCKED NOMEM READONLY INTERRUPT
 # IOERR FULL CANTOPEN PROTOCOL NOLFS AUTH

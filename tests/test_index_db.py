@@ -95,6 +95,32 @@ def test_a_broken_index_is_rebuilt_from_the_files(corpus: Corpus, db_path: Path,
     assert [i["content"] for i in result.payload["inputs"]] == ["one", "two"]
 
 
+def test_an_index_whose_schema_is_not_the_migrations_is_rebuilt(corpus: Corpus, db_path: Path) -> None:
+    """A column renamed under a migration this version does not know (a newer version's index): the
+    first write failed with "has no column named" on every run, never rebuilt (found by an
+    independent test)."""
+    corpus.write("a", session("one", updated="2026-11-29T08:00:00Z"))
+    svc = Service(corpus.path, db_path)
+    svc.start()
+    svc.close()
+    conn = sqlite3.connect(db_path)
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(user_inputs)")]
+    conn.execute(f"ALTER TABLE user_inputs RENAME COLUMN {columns[-1]} TO renamed_by_a_newer_version")
+    conn.commit()
+    conn.close()
+    corpus.write("a", session("one", "two", updated="2026-11-29T09:00:00Z"))
+    svc = Service(corpus.path, db_path)
+    svc.start()
+    result = svc.call("ccweb_list_user_inputs", {"conversationId": "a"}, None)
+    again = svc.call("ccweb_list_user_inputs", {"conversationId": "a"}, None)
+    svc.close()
+    assert [i["content"] for i in result.payload["inputs"]] == ["one", "two"]
+    assert again.payload == result.payload
+    conn = sqlite3.connect(db_path)
+    assert "renamed_by_a_newer_version" not in [row[1] for row in conn.execute("PRAGMA table_info(user_inputs)")]
+    conn.close()
+
+
 def test_an_index_of_another_directory_is_refused(tmp_path: Path, db_path: Path) -> None:
     first, second = Corpus(tmp_path / "one"), Corpus(tmp_path / "two")
     open_index(db_path, str(first.path)).close()
