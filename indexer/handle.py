@@ -34,6 +34,7 @@ from ccweb_index.indexer.errors import (
     IndexBroken,
     IndexBusy,
     IndexFailure,
+    IndexMismatch,
     IndexMoved,
     IndexUnavailable,
     translate,
@@ -226,6 +227,8 @@ class IndexHandle:
                 f"the index {path} was deleted or replaced while in use; replacing it and rebuilding it from the "
                 "session files"
             )
+        if isinstance(exc, IndexMismatch):  # a configuration error (docs/decisions.md): not ours to rebuild
+            return f"the index at {path} is not this directory's ({exc}); answering from the session files until it is"
         if isinstance(exc, IndexUnavailable):
             return f"the index {path} cannot be used ({exc}); answering from the session files until it can"
         if isinstance(exc, OSError):  # from the sessions directory itself (files' errors are per file)

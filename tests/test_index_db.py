@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -126,6 +127,36 @@ def test_an_index_of_another_directory_is_refused(tmp_path: Path, db_path: Path)
     open_index(db_path, str(first.path)).close()
     with pytest.raises(IndexMismatch, match="belongs to the sessions directory"):
         open_index(db_path, str(second.path))
+
+
+def test_another_directorys_index_put_in_place_is_said_once(
+    tmp_path: Path, db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Put at the path while a server runs, it is a configuration error as it is at start: answered
+    around from the files, said once, with no traceback (it was an ERROR with a traceback per call,
+    found by an independent test)."""
+    mine, theirs = Corpus(tmp_path / "mine"), Corpus(tmp_path / "theirs")
+    mine.write("a", session("one", updated="2026-11-29T08:00:00Z"))
+    theirs.write("b", session("other", updated="2026-11-29T08:00:00Z"))
+    other_db = tmp_path / "other.sqlite"
+    build_svc = Service(theirs.path, other_db)
+    build_svc.start()
+    build_svc.close()
+    svc = Service(mine.path, db_path, watch=False)
+    svc.start()
+    try:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db_path}{suffix}").unlink(missing_ok=True)
+        shutil.copy(other_db, db_path)
+        for n in range(5):
+            mine.write("a", session("one", f"more {n}", updated="2026-11-29T09:00:00Z"))
+            result = svc.call("ccweb_list_user_inputs", {"conversationId": "a"}, None)
+            assert [i["content"] for i in result.payload["inputs"]] == ["one", f"more {n}"]
+    finally:
+        svc.close()
+    said = [r for r in caplog.records if "not this directory's" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING", [r.getMessage() for r in caplog.records]
+    assert not [r for r in caplog.records if r.levelname == "ERROR" or r.exc_info]
 
 
 def test_default_location_is_per_directory_in_the_user_cache(
