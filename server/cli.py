@@ -213,6 +213,9 @@ def watch(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bo
     If the directory is removed, renamed or replaced while watched, the new one at the path is
     watched when it appears.
     """
+    # Imported before the handler can run: an import inside it could meet a module half made.
+    from ccweb_index.server.stop import exit_mid_pass
+
     _setup_logging(verbose)
     _require_dir(sessions_dir)
     service = _open_service(sessions_dir, db, max_session_bytes, watch=True, poll=poll)
@@ -220,8 +223,6 @@ def watch(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bo
 
     def on_signal(*_: object) -> None:
         if not started.is_set():  # the first pass holds the index: leave it unfinished
-            from ccweb_index.server.stop import exit_mid_pass
-
             exit_mid_pass()
         stop.set()
 

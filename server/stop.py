@@ -113,10 +113,9 @@ async def _drain(write_stream: Any, end_waits: Callable[[], Awaitable[None]] | N
             quiet = quiet + 1 if calls_in_flight.idle() and _written(write_stream) else 0
 
 
-def exit_mid_pass() -> None:
+def exit_mid_pass() -> NoReturn:
     """Stop during the first indexing pass, at once and with status 0: it may take minutes on a
     large directory, and what it leaves unfinished costs nothing (SQLite rolls back the write in
     progress; the index is a cache, and the next start goes on from what was committed)."""
     logging.getLogger("ccweb_index").info("stopped during the first indexing pass, which the next start goes on with")
-    logging.shutdown()
-    os._exit(0)
+    _leave(lambda: None)

@@ -284,23 +284,29 @@ sys.meta_path.insert(0, _SlowImport())
 def test_sigterm_while_the_sdk_is_imported_exits_0(tmp_path: Path, corpus: Corpus, transport: str, module: str) -> None:
     """Importing the SDK takes most of a second, before either transport takes SIGTERM itself; a
     SIGTERM then took the default action, status 143 (found by an independent test)."""
+    marker = tmp_path / "import-began"
+    command = ["serve", "--transport", transport, *(["--port", "0"] if transport == "http" else [])]
+    stopped_as_it_begins(tmp_path, corpus, command, SLOW_IMPORT.format(module=module, marker=str(marker)), marker)
+
+
+def stopped_as_it_begins(tmp_path: Path, corpus: Corpus, command: list[str], hook: str, marker: Path) -> str:
+    """Run `ccweb-index COMMAND` with `hook` as its sitecustomize, SIGTERM it once `marker` exists:
+    it exits 0 within 2 s. Its stderr."""
     hooks = tmp_path / "hooks"
     hooks.mkdir()
-    marker = tmp_path / "import-began"
-    (hooks / "sitecustomize.py").write_text(SLOW_IMPORT.format(module=module, marker=str(marker)))
-    command = [CCWEB_INDEX, "serve", "--transport", transport, "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "i.sqlite")]
-    if transport == "http":
-        command += ["--port", "0"]
-    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    (hooks / "sitecustomize.py").write_text(hook)
+    args = [CCWEB_INDEX, *command, "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "i.sqlite")]
+    proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=clean_env(PYTHONPATH=str(hooks), CCWEB_INDEX_TOKEN="t" * 32))  # fmt: skip
     try:
-        assert wait_until(marker.exists, 30), "the import never began"
+        assert wait_until(marker.exists, 30), f"{marker.name}: it never began"
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=2.0) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
-        proc.communicate()
+        _, err = proc.communicate()
+    return err.decode()
 
 
 @pytest.mark.parametrize("command", [("watch",), ("serve", "--transport", "http", "--port", "0")], ids=" ".join)
@@ -310,19 +316,6 @@ def test_watch_and_the_http_server_stop_during_the_first_pass_at_once(
     """As a stdio server does: they used to wait for the whole first pass, which grows with the
     installation, and `watch` then said it was watching (found by an independent test)."""
     corpus.write("w1", session("hello"))
-    hooks = tmp_path / "hooks"
-    hooks.mkdir()
     marker = tmp_path / "pass-began"
-    (hooks / "sitecustomize.py").write_text(SLOW_FIRST_PASS.format(marker=str(marker)))
-    args = [CCWEB_INDEX, *command, "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "i.sqlite")]
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=clean_env(PYTHONPATH=str(hooks), CCWEB_INDEX_TOKEN="t" * 32))  # fmt: skip
-    try:
-        assert wait_until(marker.exists, 30), "the first pass never began"
-        os.kill(proc.pid, signal.SIGTERM)
-        assert proc.wait(timeout=2.0) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        _, err = proc.communicate()
-    assert "Traceback" not in err.decode() and "watching" not in err.decode(), err.decode()[-2000:]
+    err = stopped_as_it_begins(tmp_path, corpus, list(command), SLOW_FIRST_PASS.format(marker=str(marker)), marker)
+    assert "Traceback" not in err and "watching" not in err, err[-2000:]
