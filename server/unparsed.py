@@ -114,8 +114,9 @@ def holds_lone_surrogate(value: Any) -> bool:
 
 
 def lenient_json(line: str | bytes) -> Any:
-    """The line as the standard library reads it, integers of any length taken as 0 (only the id is
-    wanted, and an id that long is not one a client sent); None if it cannot be read."""
+    """The line as the standard library reads it, integers of more than 20 digits taken as 0 (only
+    the id is wanted, and no client sends one that long; Python refuses to parse beyond 4,300 digits);
+    None if it cannot be read."""
     try:
         return json.loads(line, parse_int=lambda digits: int(digits) if len(digits) <= 20 else 0)
     except (ValueError, RecursionError):
