@@ -150,7 +150,8 @@ class ThrottledLines(logging.Filter):
         if unlogged is None:
             return False
         exc = record.exc_info[1] if record.exc_info else None
-        shown = message.splitlines()[0][:_SHOWN_CHARS] + ("" if exc is None else f" ({type(exc).__name__}: {exc})")
+        # The exception's text can quote the request too (a validation error shows its input).
+        shown = (message.splitlines()[0] + ("" if exc is None else f" ({type(exc).__name__}: {exc})"))[:_SHOWN_CHARS]
         record.msg = "%s; %d more since the last such line; logged at most once every %d s"
         record.args = (shown, unlogged, int(self.interval))
         record.exc_info = record.exc_text = None
