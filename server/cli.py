@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import json
 import logging
@@ -143,11 +144,30 @@ def _require_dir(sessions_dir: str) -> None:
 def _paths_print_as_bytes() -> None:
     # Paths are bytes (docs/decisions.md): a sessions path that is not UTF-8 reaches us with
     # surrogate escapes, which a strict UTF-8 stream refuses. On stdout it prints as its own bytes
-    # (as `ls` would); in the log, escaped.
-    for stream, errors in ((sys.stdout, "surrogateescape"), (sys.stderr, "backslashreplace")):
+    # (as `ls` would); in the log, escaped. Stdout is UTF-8 whatever the locale says, as jq's is:
+    # `call` writes JSON, whose encoding that is, and a user's words fit no narrower charset.
+    for stream, settings in (
+        (sys.stdout, {"encoding": "utf-8", "errors": "surrogateescape"}),
+        (sys.stderr, {"errors": "backslashreplace"}),
+    ):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
-            reconfigure(errors=errors)
+            reconfigure(**settings)
+
+
+def _say(text: str) -> None:
+    """A line of a command's output, on stdout.
+
+    A stdout that cannot take it (a full disk, an I/O error) ends the command with one plain line
+    on stderr, not a traceback. A closed pipe stays click's: a quiet exit."""
+    try:
+        click.echo(text)
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:
+            raise
+        # What is still buffered would fail again as the interpreter exits, with a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise click.ClickException(f"cannot write to standard output: {exc.strerror or exc}") from None
 
 
 @click.group()
@@ -531,7 +551,7 @@ def token() -> None:
         value, _, _ = default_token()
     except TokenFileError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(value)
+    _say(value)
 
 
 @main.command()
@@ -572,7 +592,7 @@ def call(
     service.start()
     result = service.call(tool, arguments, source_session)
     service.close()
-    click.echo(result.text())
+    _say(result.text())
     sys.exit(1 if result.is_error else 0)
 
 
@@ -590,40 +610,40 @@ def status(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: b
     _setup_logging(verbose)
     path = resolve_db_path(sessions_dir, db)
     if not path.exists():  # a look makes no index: one made here would belong to a mistyped directory
-        click.echo(f"sessions directory: {os.path.abspath(sessions_dir)}" + ("" if os.path.isdir(sessions_dir) else " (missing)"))
-        click.echo(f"index: none yet at {path}; `ccweb-index build` makes it (so do `serve` and `watch`)")
+        _say(f"sessions directory: {os.path.abspath(sessions_dir)}" + ("" if os.path.isdir(sessions_dir) else " (missing)"))
+        _say(f"index: none yet at {path}; `ccweb-index build` makes it (so do `serve` and `watch`)")
         return
     service = _open_service(sessions_dir, db, max_session_bytes)
     try:
         exists = os.path.isdir(service.sessions_dir)
-        click.echo(f"sessions directory: {service.sessions_dir}" + ("" if exists else " (missing)"))
+        _say(f"sessions directory: {service.sessions_dir}" + ("" if exists else " (missing)"))
         try:
             counts = service.counts()
             unreadable = service.unreadable()
             stored_chars = service.stored_chars()
         except IndexFailure as exc:
-            click.echo(f"index: {service.db_path} (cannot be read: {exc})")
+            _say(f"index: {service.db_path} (cannot be read: {exc})")
             counts, unreadable = None, []
         if counts is not None:
             _echo_sizes(service.db_path)
-            click.echo(f"stored of each user input: its first {stored_chars} code points, and its length")
-            click.echo(f"last reconcile: {_when(counts['last_reconcile_ns'])}")
-            click.echo(f"sessions: {counts['sessions']} readable, {counts['unreadable']} unreadable now")
-            click.echo(f"user inputs: {counts['inputs']}")
+            _say(f"stored of each user input: its first {stored_chars} code points, and its length")
+            _say(f"last reconcile: {_when(counts['last_reconcile_ns'])}")
+            _say(f"sessions: {counts['sessions']} readable, {counts['unreadable']} unreadable now")
+            _say(f"user inputs: {counts['inputs']}")
         _echo_modes(service.db_path)
         for session_id, reason, good in unreadable:
             kept = " (answering from its last good version)" if good else ""
-            click.echo(f"  unreadable {session_id}.json: {reason}{kept}")
+            _say(f"  unreadable {session_id}.json: {reason}{kept}")
         for name, kind in ignored_entries(service.sessions_dir):
-            click.echo(f"  ignored {name}: {kind}, not a session")
+            _say(f"  ignored {name}: {kind}, not a session")
     finally:
         service.close()
 
 
 def _echo_sizes(db_path: Any) -> None:
     sizes = {suffix: _size(f"{db_path}{suffix}") for suffix in ("", "-wal", "-shm")}
-    click.echo(f"index: {db_path} ({sum(sizes.values()) / 1e6:.1f} MB on disk with its -wal and -shm)")
-    click.echo(f"index WAL: {sizes['-wal'] / 1e6:.1f} MB")
+    _say(f"index: {db_path} ({sum(sizes.values()) / 1e6:.1f} MB on disk with its -wal and -shm)")
+    _say(f"index WAL: {sizes['-wal'] / 1e6:.1f} MB")
 
 
 def _size(path: str) -> int:
@@ -637,7 +657,7 @@ def _echo_modes(db_path: Any) -> None:
     from ccweb_index.indexer.private import modes
 
     for name, mode, fix in modes(db_path):
-        click.echo(f"  mode {mode} {name}" + (f" (open to other users: {fix})" if fix else " (private)"))
+        _say(f"  mode {mode} {name}" + (f" (open to other users: {fix})" if fix else " (private)"))
 
 
 def _when(ns: object) -> str:

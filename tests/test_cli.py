@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 
 from ccweb_index.indexer import files
 
-from conftest import Corpus, cli, session, stdio_client_for
+from conftest import CCWEB_INDEX, Corpus, cli, client_launch, session, stdio_client_for
 
 
 def test_build_is_incremental_and_prints_a_summary(corpus: Corpus, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,3 +100,31 @@ def test_status_makes_no_index(corpus: Corpus, db_path: Path, tmp_path: Path) ->
     assert not db_path.exists()
     assert cli("build", "--sessions-dir", str(corpus.path), "--db", str(db_path)).returncode == 0
     assert "sessions: 1 readable" in cli("status", "--sessions-dir", str(corpus.path), "--db", str(db_path)).stdout
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_stdout_that_cannot_be_written_ends_the_command_with_one_line(corpus: Corpus, db_path: Path) -> None:
+    """A full disk under `status > file` or `call ... > file` ended in a traceback (found by an
+    independent test). Run as processes: the failure is the real stdout's."""
+    corpus.write("a", session("x"))
+    common = ("--sessions-dir", str(corpus.path), "--db", str(db_path))
+    assert cli("build", *common).returncode == 0
+    for args in (("status", *common), ("call", "ccweb_list_conversations", '{"scope": "all"}', *common)):
+        with open("/dev/full", "w") as full:
+            result = subprocess.run(client_launch(*args), stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+        assert result.returncode == 1, result.stderr
+        assert "cannot write to standard output: No space left on device" in result.stderr
+        assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
+
+
+def test_call_writes_utf8_whatever_the_locale(corpus: Corpus, db_path: Path) -> None:
+    """JSON's encoding is UTF-8, and users' words fit no narrower charset: under a latin-1 locale
+    `call` died on the first CJK character (found by an independent test). Exec'd rather than
+    forked, so that the interpreter starts under that locale."""
+    assert CCWEB_INDEX is not None
+    corpus.write("a", session("修复登录 — ship it 🚀"))
+    env = {**os.environ, "PYTHONIOENCODING": "latin-1", "LC_ALL": "C", "LANG": "C"}
+    args = ("call", "ccweb_list_user_inputs", '{"conversationId": "a"}', "--sessions-dir", str(corpus.path), "--db", str(db_path))
+    result = subprocess.run([CCWEB_INDEX, *args], capture_output=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.decode("utf-8"))["inputs"][0]["content"] == "修复登录 — ship it 🚀"
