@@ -610,7 +610,8 @@ def status(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: b
     _setup_logging(verbose)
     path = resolve_db_path(sessions_dir, db)
     if not path.exists():  # a look makes no index: one made here would belong to a mistyped directory
-        _say(f"sessions directory: {os.path.abspath(sessions_dir)}" + ("" if os.path.isdir(sessions_dir) else " (missing)"))
+        missing = "" if os.path.isdir(sessions_dir) else " (missing)"
+        _say(f"sessions directory: {os.path.abspath(sessions_dir)}{missing}")
         _say(f"index: none yet at {path}; `ccweb-index build` makes it (so do `serve` and `watch`)")
         return
     service = _open_service(sessions_dir, db, max_session_bytes)

@@ -124,7 +124,8 @@ def test_call_writes_utf8_whatever_the_locale(corpus: Corpus, db_path: Path) -> 
     assert CCWEB_INDEX is not None
     corpus.write("a", session("修复登录 — ship it 🚀"))
     env = {**os.environ, "PYTHONIOENCODING": "latin-1", "LC_ALL": "C", "LANG": "C"}
-    args = ("call", "ccweb_list_user_inputs", '{"conversationId": "a"}', "--sessions-dir", str(corpus.path), "--db", str(db_path))
-    result = subprocess.run([CCWEB_INDEX, *args], capture_output=True, env=env, timeout=60)
+    common = ("--sessions-dir", str(corpus.path), "--db", str(db_path))
+    args = (CCWEB_INDEX, "call", "ccweb_list_user_inputs", '{"conversationId": "a"}', *common)
+    result = subprocess.run(args, capture_output=True, env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.decode("utf-8"))["inputs"][0]["content"] == "修复登录 — ship it 🚀"
