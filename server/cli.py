@@ -25,6 +25,9 @@ from ccweb_index.indexer.progress import PROGRESS_LOG_SECONDS, LoggedProgress, P
 from ccweb_index.server.tools import DEFAULT_MAX_WAITS
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from ccweb_index.server.bar import BarProgress
     from ccweb_index.server.service import Service
 
 # The service (SQLite, sqlite-utils, the indexer's writing side) and the MCP SDK are imported by the
@@ -220,8 +223,24 @@ def _build_progress(every: float) -> contextlib.AbstractContextManager[Progress]
     if sys.stderr.isatty():
         from ccweb_index.server.bar import BarProgress
 
-        return BarProgress(sys.stderr)
+        return _unwound_by_sigterm(BarProgress(sys.stderr))
     return contextlib.nullcontext(LoggedProgress("build", every=every, announce=False))
+
+
+@contextlib.contextmanager
+def _unwound_by_sigterm(bar: BarProgress) -> Iterator[BarProgress]:
+    # SIGTERM's default action left the terminal as the bar had set it, its cursor hidden. Raised as
+    # SystemExit it unwinds through the bar's end, as Ctrl-C does; the exit status stays a SIGTERM's.
+    previous = signal.signal(signal.SIGTERM, _exit_as_terminated)
+    try:
+        with bar:
+            yield bar
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_as_terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 @main.command()

@@ -71,8 +71,9 @@ def test_a_bad_progress_interval_is_a_usage_error(corpus: Corpus, db_path: Path,
 # --- build on a terminal: a bar ---------------------------------------------------------------------
 
 
-def run_on_a_terminal(command: list[str], timeout: float = 60) -> tuple[int, str]:
-    """Run `command` with a pseudo-terminal as its stdin, stdout and stderr; (exit status, output)."""
+def run_on_a_terminal(command: list[str], timeout: float = 60, term_on: bytes | None = None) -> tuple[int, str]:
+    """Run `command` with a pseudo-terminal as its stdin, stdout and stderr; (exit status, output).
+    `term_on`: send it SIGTERM as soon as its output shows this."""
     master, slave = pty.openpty()
     proc = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave, env=environment(), close_fds=True)
     os.close(slave)
@@ -89,6 +90,9 @@ def run_on_a_terminal(command: list[str], timeout: float = 60) -> tuple[int, str
                 if not chunk:
                     break
                 output += chunk
+                if term_on is not None and term_on in output:
+                    proc.send_signal(signal.SIGTERM)
+                    term_on = None
             elif proc.poll() is not None:
                 break
         return proc.wait(timeout=10), output.decode(errors="replace")
@@ -107,6 +111,19 @@ def test_build_on_a_terminal_draws_a_bar_with_files_mb_and_rate(corpus: Corpus, 
     assert re.search(rf"indexing  \[#+\]  100%  {FILES}/{FILES} files, [\d.]+/{size / 1e6:.1f} MB, [\d.]+ MB/s", output)
     assert "INFO build:" not in output  # the bar, not the log lines
     assert f"{FILES} sessions" in output
+
+
+def test_a_build_stopped_by_sigterm_gives_the_terminal_its_cursor_back(corpus: Corpus, db_path: Path) -> None:
+    """The bar hides the cursor while it draws. SIGTERM's default action left it hidden in the
+    user's shell (found by an independent test); Ctrl-C never did."""
+    for n in range(400):  # tens of MB: the pass is still reading when the signal lands
+        corpus.write(f"s{n}", session("x" * 100_000, f"input {n}"))
+    command = [CCWEB_INDEX, "build", "--sessions-dir", str(corpus.path), "--db", str(db_path)]
+    status, output = run_on_a_terminal(command, term_on=b"indexing  [")
+    assert "100%" not in output, "the pass ended before the signal: make the corpus larger"
+    assert status == 128 + signal.SIGTERM, output
+    assert output.rfind("\x1b[?25h") > output.rfind("\x1b[?25l") >= 0, output[-300:]
+    assert "Traceback" not in output
 
 
 def test_a_build_with_nothing_to_read_shows_no_progress(corpus: Corpus, db_path: Path) -> None:
