@@ -206,6 +206,9 @@ def source_from_request(ctx: Any) -> str | None:
 # --- the guard ---------------------------------------------------------------------------------------
 
 
+_CASELESS_HEADERS = frozenset((b"host", b"origin"))
+
+
 class _Guard:
     """Bearer-token check in front of everything but `GET /healthz` and `/.well-known/...`."""
 
@@ -217,6 +220,9 @@ class _Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        # Host names are caseless (RFC 3986), and the SDK's rebinding check compares them as sent:
+        # `LOCALHOST:8765` was refused. Lower-cased once here, for every check behind the guard.
+        scope["headers"] = [(k, v.lower()) if k in _CASELESS_HEADERS else (k, v) for k, v in scope["headers"]]
         refusal = None if self._token is None else self._refusal(scope)
         if refusal is not None and not self._open(scope):
             await _send_unauthorized(send, *refusal)

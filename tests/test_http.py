@@ -410,6 +410,10 @@ def test_a_foreign_host_or_origin_is_refused(shared: tuple[HttpServer, Corpus, P
         {"Host": f"ccweb.internal:{server.port}"},  # --allowed-host
         {"Origin": f"http://127.0.0.1:{server.port}"},
         {"Origin": f"https://ccweb.internal:{server.port}"},
+        # Host names are caseless: these were refused (found by an independent test).
+        {"Host": f"LocalHost:{server.port}"},
+        {"Host": f"CCWEB.Internal:{server.port}"},
+        {"Origin": f"HTTPS://CCWeb.Internal:{server.port}"},
     ):
         assert raw_post(server, {**auth, **headers}).status_code == 200, headers
 
