@@ -117,6 +117,11 @@ def load_token(token_file: str | None, environ: Mapping[str, str] | None = None)
         if not token:
             return None
         origin = TOKEN_ENV
+    return checked_token(token, origin)
+
+
+def checked_token(token: str, origin: str) -> str:
+    """`token`, if it can go in an HTTP header; `origin` says where it came from, for the message."""
     if not all(0x21 <= ord(c) <= 0x7E for c in token):
         raise StartupError(f"the token from {origin} must be printable ASCII without spaces (it goes in an HTTP header)")
     if len(token) < 16:

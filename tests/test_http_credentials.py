@@ -65,6 +65,24 @@ def test_without_a_token_one_is_made_private_and_kept(tmp_path: Path, corpus: Co
     assert printed.returncode == 0 and printed.stdout.strip() == token
 
 
+def test_a_default_token_file_edited_into_no_header_value_is_refused(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
+    """A second line added to the default token file made a token no client can send in a header:
+    the server started and refused every request (found by an independent test). It is checked as
+    --token-file and CCWEB_INDEX_TOKEN are."""
+    write_two_families(corpus)
+    token_file = tmp_path / "config" / "ccweb-index" / "token"
+    token_file.parent.mkdir(parents=True, mode=0o700)
+    token_file.write_text("first-line-token-0123456789\nsecond line\n")
+    token_file.chmod(0o600)
+    command = [CCWEB_INDEX, "serve", "--transport", "http", "--port", "0",
+               "--sessions-dir", str(corpus.path), "--db", str(db_path)]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                            env=_clean_env(XDG_CONFIG_HOME=str(tmp_path / "config")))  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert f"the token from the token file {token_file} must be printable ASCII without spaces" in result.stderr
+    assert "Traceback" not in result.stderr and not db_path.exists()
+
+
 def test_a_configured_token_wins_and_no_file_is_made(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
     write_two_families(corpus)
     with http_server(corpus.path, db_path, tmp_path / "log", token="configured-token-0123456789") as server:
