@@ -34,7 +34,10 @@ class BarProgress(Tally):
                 length=1, label=self._label, file=self._file, show_eta=False, show_percent=True,
                 item_show_func=lambda text: text,
             )  # fmt: skip
-            self._bar = self._stack.enter_context(bar)
+            # Its end is registered before it draws: a SIGTERM raised as the first draw returns
+            # (build's handler) must still find it, or the cursor it hid stays hidden.
+            self._stack.push(bar)
+            self._bar = bar.__enter__()
         self._draw()
 
     def advance(self, files: int, size: int) -> None:
