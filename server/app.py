@@ -18,7 +18,7 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
-from ccweb_index.server.stop import calls_in_flight, exit_on_sigterm
+from ccweb_index.server.stop import SilentAfterHangUp, calls_in_flight, exit_on_sigterm
 from ccweb_index.server.tools import TOOLS, WAIT_FOR_CONVERSATIONS, answer_too_large
 from ccweb_index.server.unparsed import AnsweringUnparsed
 from ccweb_index.server.waits import WaitRoom
@@ -238,7 +238,8 @@ async def serve_stdio(service: Service | LazyService, source: str | None, max_wa
         if isinstance(service, LazyService):
             tasks.start_soon(_stop_unless_opened, service, tasks.cancel_scope)
         incoming = AnsweringUnparsed(read_stream, write_stream)  # no client waits on a line the SDK refused
-        await server.run(incoming, write_stream, server.create_initialization_options())
+        outgoing = SilentAfterHangUp(write_stream, lambda: incoming.ended)
+        await server.run(incoming, outgoing, server.create_initialization_options())
         tasks.cancel_scope.cancel()
 
 

@@ -9,6 +9,9 @@ loop (so it never interrupts a call: calls run between the loop's steps), the se
 no call is in flight and the transport's writer has written every answer, closes the service and
 leaves with `os._exit(0)`: nothing else is left to do, and the stdin thread would never let a
 normal exit finish.
+
+The other way a stdio session ends is the client's: it closes the server's stdin. What the server
+still writes then must not trip a client on its way out (`SilentAfterHangUp`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 import anyio
+import mcp_types as types
+from mcp.shared.message import SessionMessage
 
 # How long, after SIGTERM, the last answers have to be written before the process exits anyway.
 STOP_GRACE_SECONDS = 0.8
@@ -89,6 +94,42 @@ async def exit_on_sigterm(
         # takes long) leaves at once with 0 instead, as before the server runs, without closing
         # again what the process is closing.
         signal.signal(signal.SIGTERM, lambda *_: _leave(lambda: None))
+
+
+class SilentAfterHangUp:
+    """The stdio write stream, with no "Connection closed" errors once the client has closed stdin.
+
+    Closing the server's stdin is how an MCP client ends a stdio session. The SDK then answers each
+    request it cancels, an open wait, with that error, for a client that has stopped reading. The
+    Python SDK 1.x client, whose session is closed by then, fails its own exit on the line: its
+    `stdio_client` raises BrokenResourceError in an ExceptionGroup. Every other message still goes
+    out, an answer finished after the hang-up among them (`printf ... | ccweb-index serve` reads it).
+    """
+
+    def __init__(self, stream: Any, hung_up: Callable[[], bool]) -> None:
+        self._stream = stream
+        self._hung_up = hung_up
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)  # `_written` looks at the SDK stream's statistics
+
+    async def send(self, message: SessionMessage) -> None:
+        if self._hung_up() and _is_connection_closed(message.message):
+            return
+        await self._stream.send(message)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> SilentAfterHangUp:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _is_connection_closed(message: Any) -> bool:
+    return isinstance(message, types.JSONRPCError) and message.error.code == types.CONNECTION_CLOSED
 
 
 def _leave(close: Callable[[], None]) -> NoReturn:

@@ -34,13 +34,18 @@ class AnsweringUnparsed:
     def __init__(self, stream: ReadStream[Incoming], write: WriteStream[SessionMessage]) -> None:
         self._stream = stream
         self._write = write
+        self.ended = False  # the client closed stdin (server.stop.SilentAfterHangUp)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)  # the sender's context (`last_context`) the SDK looks for
 
     async def receive(self) -> Incoming:
         while True:
-            item = await self._stream.receive()
+            try:
+                item = await self._stream.receive()
+            except anyio.EndOfStream:
+                self.ended = True
+                raise
             error = refusal(item) if isinstance(item, pydantic.ValidationError) else None
             if error is None:
                 return item

@@ -7,7 +7,8 @@
 //   {"op": "connect", "transport": "http", "url": "http://127.0.0.1:PORT/mcp", "headers": {...}}
 //   {"op": "list"}                                   tools/list (the client caches the output schemas)
 //   {"op": "call", "name": "...", "arguments": {...}} tools/call, checked by the client as it does for any caller
-//   {"op": "close"}
+//       "abandonAfter": seconds (optional): the caller gives the call up then; answers {"abandoned": true}
+//   {"op": "close"}                                  answers {"closeError": "..."} if closing raised
 // Each answer is {"ok": true, ...} or {"ok": false, "error": {"name", "code", "message"}}: whatever
 // the client library raised, as a caller of it would see it. tests/interop/drive.py speaks this.
 
@@ -34,12 +35,27 @@ async function run(command) {
     }
     case "list":
       return { tools: (await client.listTools()).tools };
-    case "call":
-      return { result: await client.callTool({ name: command.name, arguments: command.arguments ?? {} }) };
-    case "close":
-      await client?.close();
+    case "call": {
+      const params = { name: command.name, arguments: command.arguments ?? {} };
+      if (command.abandonAfter === undefined) return { result: await client.callTool(params) };
+      const signal = AbortSignal.timeout(command.abandonAfter * 1000);
+      try {
+        return { result: await client.callTool(params, undefined, { signal }) };
+      } catch (error) {
+        if (signal.aborted) return { abandoned: true };
+        throw error;
+      }
+    }
+    case "close": {
+      const closing = client;
       client = null;
+      try {
+        await closing?.close();
+      } catch (error) {
+        return { closeError: String(error?.message ?? error) };
+      }
       return {};
+    }
     default:
       throw new Error(`unknown op ${command.op}`);
   }

@@ -1,6 +1,7 @@
 """Drive a real MCP client process (client.mjs: TypeScript SDK 1.x; py_client.py: Python SDK) by lines.
 
-`Client.start("typescript" | "python")` spawns it; `.send(command)` writes one JSON command and reads
+`Client.start("typescript" | "python" | "python-sdk1")` spawns it ("python-sdk1": py_client.py on
+the Python SDK 1.x, in tests/interop/.venv); `.send(command)` writes one JSON command and reads
 its one-line answer. The commands are described in client.mjs.
 """
 
@@ -20,6 +21,11 @@ HERE = Path(__file__).resolve().parent
 # A client answers within this; a call that hangs is a failure, not a stuck test run.
 ANSWER_SECONDS = 60.0
 INSTALL_HINT = "install Node.js and run `npm ci --prefix tests/interop` (.ci/run does both)"
+SDK1_PYTHON = HERE / ".venv" / "bin" / "python"
+SDK1_HINT = (
+    "make the Python SDK 1.x client's environment: `python3 -m venv tests/interop/.venv && "
+    "tests/interop/.venv/bin/pip install -r tests/interop/python-sdk-1.txt` (.ci/run does it)"
+)
 
 
 def node() -> str:
@@ -29,6 +35,12 @@ def node() -> str:
     if not (HERE / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json").exists():
         raise AssertionError(f"the TypeScript SDK is not installed in tests/interop: {INSTALL_HINT}")
     return found
+
+
+def python_sdk1() -> str:
+    if not SDK1_PYTHON.exists():
+        raise AssertionError(f"the Python SDK 1.x is not installed in tests/interop: {SDK1_HINT}")
+    return str(SDK1_PYTHON)
 
 
 def ts_sdk_version() -> str:
@@ -46,7 +58,10 @@ class Client:
     @classmethod
     def start(cls, name: str, mode: str | None = None, stderr: Any = None) -> Client:
         """`mode`: see py_client.py (the TypeScript client 1.x always uses the handshake)."""
-        command = [node(), str(HERE / "client.mjs")] if name == "typescript" else [sys.executable, str(HERE / "py_client.py")]
+        if name == "typescript":
+            command = [node(), str(HERE / "client.mjs")]
+        else:
+            command = [python_sdk1() if name == "python-sdk1" else sys.executable, str(HERE / "py_client.py")]
         env = {k: v for k, v in os.environ.items() if not k.startswith("CCWEB_")}
         proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=HERE
