@@ -294,8 +294,9 @@ def _decode_document(data: bytes) -> _Document:
 
 
 def _explain(data: bytes, exc: Exception) -> str:
-    """msgspec's message, unless it misnames the fault: it reports a lone surrogate as truncation."""
-    if "truncated" in str(exc):
+    """msgspec's message, unless it misnames the fault: it reports a lone surrogate as truncation,
+    or as a surrogate pair that is invalid or unended."""
+    if "truncated" in str(exc) or "surrogate" in str(exc):
         try:
             json.loads(data)
         except (ValueError, RecursionError):
