@@ -21,6 +21,7 @@ import hashlib
 import logging
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -189,6 +190,8 @@ def open_index(path: Path, sessions_dir: str) -> sqlite3.Connection:
 def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None) -> Index:
     """`open_index`, returning the handle. `replacing`: a handle whose files went wrong; its
     database is deleted first if it is still the one at `path` (nobody else replaced it yet)."""
+    if replacing is None:
+        _refuse_what_is_not_ours(path)
     try:
         make_private_dir(path.parent, ours=path.parent == cache_dir())
     except OSError as exc:
@@ -230,6 +233,58 @@ def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
             raise translate(exc, opening=True) from None
+
+
+# The first bytes of every SQLite database file.
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _refuse_what_is_not_ours(path: Path) -> None:
+    """Raise IndexMismatch when the file at `path` is not one this program may open, make private,
+    write and, when damaged, delete: a device, a FIFO (opening one blocks), another program's
+    database, a user's file given as --db by mistake. Ours: nothing there, an empty file, a path
+    opened before (its `.lock` is there: then a damaged file is rebuilt as always), or an SQLite
+    database with no tables or with the record of our migrations."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise IndexUnavailable(f"cannot look at {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise IndexMismatch(f"{path} is not a regular file, so it cannot be the index; pass another --db")
+    if st.st_size == 0 or os.path.lexists(f"{path}.lock"):
+        return
+    foreign = _foreign_content(path)
+    if foreign is not None:
+        raise IndexMismatch(
+            f"{path} is not an index of ccweb-index ({foreign}), and is left as it is; pass another --db"
+        )
+
+
+def _foreign_content(path: Path) -> str | None:
+    """Why the file at `path`, never opened by this program, is not its index; None when it is."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(len(_SQLITE_MAGIC)) != _SQLITE_MAGIC:
+                return "not an SQLite database"
+        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)  # any byte of a path, quoted
+        try:
+            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and (_MIGRATIONS_TABLE not in tables or not _recorded_ours(conn)):
+                return f"a database of something else, with the tables {', '.join(sorted(tables)[:5])}"
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):
+        return None  # unreadable or damaged as a database: opening it says so, as for any index
+    return None
+
+
+def _recorded_ours(conn: sqlite3.Connection) -> bool:
+    from ccweb_index.migrations import MIGRATION_SET
+
+    sql = f"SELECT 1 FROM {_MIGRATIONS_TABLE} WHERE migration_set = ? LIMIT 1"
+    return conn.execute(sql, (MIGRATION_SET,)).fetchone() is not None
 
 
 def _migrate_and_claim(conn: sqlite3.Connection, sessions_dir: str) -> None:

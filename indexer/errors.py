@@ -6,7 +6,8 @@
     ├── IndexMoved          the file this connection uses was deleted or replaced: open the one at the path
     └── IndexUnavailable    anything else (not open, disk full, I/O error, not writable): retry later
 
-    IndexMismatch           the index at the path belongs to another sessions directory: a
+    IndexMismatch           the file at the index path is not this directory's index (another
+                            directory's, another program's file, not a regular file): a
                             configuration error for the user to fix, never answered around
     IndexInsideSessions     the index path resolves inside the sessions directory, which is only
                             ever read: a configuration error, refused before anything is written
@@ -42,7 +43,7 @@ class IndexUnavailable(IndexFailure):
 
 
 class IndexMismatch(Exception):
-    """The index at the path belongs to another sessions directory."""
+    """The file at the index path is not this sessions directory's index, and is left as it is."""
 
 
 class IndexInsideSessions(ValueError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -13,7 +14,7 @@ from ccweb_index.indexer.db import IndexMismatch, connect, default_db_path, open
 from ccweb_index.migrations import migrations
 from ccweb_index.server.service import Service
 
-from conftest import Corpus, session
+from conftest import Corpus, cli, session
 
 ALL_MIGRATIONS = [
     "m001_sessions", "m002_user_inputs", "m003_meta", "m004_input_heads", "m005_checkpoints", "m006_changes",
@@ -120,6 +121,38 @@ def test_an_index_whose_schema_is_not_the_migrations_is_rebuilt(corpus: Corpus, 
     conn = sqlite3.connect(db_path)
     assert "renamed_by_a_newer_version" not in [row[1] for row in conn.execute("PRAGMA table_info(user_inputs)")]
     conn.close()
+
+
+def test_a_file_that_is_not_an_index_is_left_as_it_is(corpus: Corpus, tmp_path: Path) -> None:
+    """A --db given by mistake: a user's notes were made 0600, deleted as "a broken index" and
+    replaced; another program's database got this one's tables written into it; a FIFO hung `call`
+    forever in open(); /dev/null was made 0600 for the whole machine (found by an independent test).
+    Each is refused before anything is opened, created or chmodded."""
+    corpus.write("a", session("hi"))
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    other = tmp_path / "other.sqlite"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE bookmarks (url TEXT)")
+    conn.commit()
+    conn.close()
+    fifo = tmp_path / "fifo.sqlite"
+    os.mkfifo(fifo)
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(notes)
+    for path in (notes, other):
+        path.chmod(0o644)
+    before = {path: (path.read_bytes(), path.stat().st_mode) for path in (notes, other)}
+    for path, reason in ((notes, "not an SQLite database"), (other, "the tables bookmarks"),
+                         (fifo, "not a regular file"), (link, "not an SQLite database")):  # fmt: skip
+        with pytest.raises(IndexMismatch, match=reason):
+            open_index(path, str(corpus.path))
+        result = cli("call", "ccweb_list_user_inputs", '{"conversationId": "a"}',
+                     "--sessions-dir", str(corpus.path), "--db", str(path))  # fmt: skip
+        assert result.returncode == 1 and reason in result.stderr, result.stderr
+        assert not Path(f"{path}.lock").exists() and not Path(f"{path}-wal").exists()
+    assert {path: (path.read_bytes(), path.stat().st_mode) for path in (notes, other)} == before
+    assert link.is_symlink()
 
 
 def test_an_index_of_another_directory_is_refused(tmp_path: Path, db_path: Path) -> None:
