@@ -78,33 +78,41 @@ def open_private(path: str) -> int:
 
 def prepare_database(path: Path) -> None:
     """Before SQLite opens `path`: the database exists and is 0600 (so the `-wal` and `-shm` SQLite
-    creates are too), and any `-wal` / `-shm` left by an earlier run is tightened."""
+    creates are too), and any `-wal` / `-shm` left by an earlier run is tightened, and made
+    writable by its owner again: SQLite gives them the database's mode, so a run against a
+    read-only database leaves them read-only, and once the database is writable again a read-only
+    `-shm` made every write fail ("attempt to write a readonly database") for good."""
     os.close(open_private(str(path)))
     for suffix in ("-wal", "-shm"):
-        tighten(f"{path}{suffix}")
+        tighten(f"{path}{suffix}", writable=True)
 
 
-def tighten(path: str) -> None:
-    """Remove the group and world bits of an existing index file (nothing if it does not exist)."""
+def tighten(path: str, *, writable: bool = False) -> None:
+    """Remove the group and world bits of an existing index file (nothing if it does not exist);
+    `writable`: and give its owner read and write."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return  # absent, or not ours to open: reported by `modes`, and SQLite will fail clearly
     try:
-        _tighten_fd(fd, path)
+        _tighten_fd(fd, path, writable=writable)
     finally:
         os.close(fd)
 
 
-def _tighten_fd(fd: int, path: str) -> None:
+def _tighten_fd(fd: int, path: str, *, writable: bool = False) -> None:
     st = os.fstat(fd)
-    if not st.st_mode & OTHERS:
+    mode = stat.S_IMODE(st.st_mode)
+    wanted = (mode & ~OTHERS) | (PRIVATE_FILE_MODE if writable else 0)
+    if wanted == mode:
         return
     if _owned(st):
-        os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~OTHERS)
-        log.info("the index file %s was readable by other users (mode %s); made it private", path, _octal(st.st_mode))
+        os.fchmod(fd, wanted)
+        if mode & OTHERS:
+            log.info("the index file %s was readable by other users (mode %s); made it private", path, _octal(mode))
         return
-    _warn_once(path, f"the index file {path} is open to other users (mode {_octal(st.st_mode)}); {fix(path, st)}")
+    if mode & OTHERS:
+        _warn_once(path, f"the index file {path} is open to other users (mode {_octal(mode)}); {fix(path, st)}")
 
 
 def _warn_dir(directory: Path, st: os.stat_result) -> None:

@@ -107,6 +107,24 @@ def test_an_existing_index_open_to_others_is_tightened(corpus: Corpus, cache: Pa
         assert f"mode 0600 {name} (private)" in result.output
 
 
+def test_wal_and_shm_left_read_only_are_made_writable_again(corpus: Corpus, db_path: Path) -> None:
+    """SQLite gives the -wal and -shm it creates the database's mode: a call against an index made
+    read-only (0400) left them 0400, and once the index was writable again every write failed
+    "attempt to write a readonly database", for good (found by an independent test). As root the
+    failure does not show, since permissions do not bind root; the modes do."""
+    corpus.write("a", session("secret"))
+    open_index(db_path, str(corpus.path)).close()
+    # As the read-only run left them, not empty (SQLite itself fixes the mode of an empty one).
+    for suffix, size in (("-wal", 32), ("-shm", 32768)):
+        Path(f"{db_path}{suffix}").write_bytes(bytes(size))
+        os.chmod(f"{db_path}{suffix}", 0o400)
+    index = open_handle(db_path, str(corpus.path))
+    try:
+        assert {suffix: mode(f"{db_path}{suffix}") for suffix in ("-wal", "-shm")} == {"-wal": 0o600, "-shm": 0o600}
+    finally:
+        index.close()
+
+
 def test_a_directory_the_user_chose_is_warned_about_not_changed(
     corpus: Corpus, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
