@@ -1,8 +1,9 @@
 """How far an indexing pass has got, for people: log lines, a bar (server/bar.py), /healthz.
 
 A full pass (`Indexer.reconcile`) reports to a `Progress`: `start` once it knows the files it will
-read and their size, `advance` as each one is read, `done` at its end. `start` adds
-to what the pass has to do: a pass may find more to read on its way (files it reads again).
+read and their size, `advance` as each one is read, `done` at its end, or `failed` when it ends
+without finishing (the disk full, the index locked). `start` adds to what the pass has to do: a
+pass may find more to read on its way (files it reads again).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class Progress(Protocol):
 
     def done(self) -> None: ...
 
+    def failed(self) -> None: ...
+
 
 class NoProgress:
     """Reports to nobody."""
@@ -39,6 +42,9 @@ class NoProgress:
         pass
 
     def done(self) -> None:
+        pass
+
+    def failed(self) -> None:
         pass
 
 
@@ -125,6 +131,10 @@ class Tally:
         with self._lock:
             self._running = False
 
+    def failed(self) -> None:
+        """The pass ended unfinished: the next one counts from nothing, not on top of it."""
+        Tally.done(self)  # the counts' end only, whatever a subclass's `done` also does
+
     def snapshot(self) -> Snapshot | None:
         """The pass so far; None when none is running."""
         with self._lock:
@@ -190,4 +200,9 @@ class LoggedProgress(Tally):
                 "%s: done, %s files (%.1f MB) read in %s",
                 self.what, f"{snapshot.files:,}", snapshot.size / 1e6, duration(snapshot.seconds),
             )  # fmt: skip
+        self._logged_at, self._announced = None, False
+
+    def failed(self) -> None:
+        # No "done" line, and with once=True the pass that runs again is still the first.
+        super().failed()
         self._logged_at, self._announced = None, False

@@ -144,7 +144,11 @@ class Indexer:
         with self.handle.connection() as conn:
             due = store.out_of_line(conn, swept)
             stored = store.stored_signatures(conn, sorted(due))
-        stats = self._bring_in_line(due, stored, progress=progress)
+        try:
+            stats = self._bring_in_line(due, stored, progress=progress)
+        except BaseException:
+            progress.failed()
+            raise
         progress.done()
         with self.handle.connection() as now:
             self._stamp_reconcile(now, looked_at)

@@ -50,6 +50,10 @@ class BarProgress(Tally):
         super().done()
         self.close()
 
+    def failed(self) -> None:
+        super().failed()
+        self.close()
+
     def close(self) -> None:
         """End the bar's line (also when the pass failed or was interrupted)."""
         self._stack.close()

@@ -13,9 +13,11 @@ import sqlite3
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from ccweb_index.indexer.errors import IndexUnavailable
 from ccweb_index.indexer.files import RACY_WINDOW_NS
 from ccweb_index.indexer.progress import LoggedProgress
 from ccweb_index.indexer.stored import STORED_INPUT_CHARS
@@ -194,6 +196,35 @@ def test_logged_progress_logs_every_so_often_and_only_the_first_pass(caplog: pyt
         "first indexing pass: done, 4 files (4.0 MB) read in 12 s",
     ]
     assert all(r.levelno == logging.INFO for r in caplog.records)
+
+
+def test_a_pass_that_failed_is_not_counted_into_the_next(
+    corpus: Corpus, db_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A first pass that failed (the disk full) left its counts running, and the passes after it
+    added theirs on top: 5,995/21,000 files for 3,000 (found by an independent test)."""
+    size = write_corpus(corpus)
+    service = Service(corpus.path, db_path)
+    progress = LoggedProgress("first indexing pass", every=0, once=True)
+    write, failures = service.indexer._write, [IndexUnavailable("database or disk is full")]
+
+    def full_disk(*args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(service.indexer, "_write", full_disk)
+    caplog.set_level(logging.INFO, logger="ccweb_index")
+    try:
+        with pytest.raises(IndexUnavailable):
+            service.indexer.reconcile(progress)
+        assert service.indexer.reconcile(progress).read == FILES
+    finally:
+        service.close()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("first indexing pass")]
+    assert all(f"/{FILES} files" in line for line in lines if "/" in line.split(",")[0]), lines
+    assert lines[-1].startswith(f"first indexing pass: done, {FILES} files ({size / 1e6:.1f} MB)"), lines
+    assert sum("done" in line for line in lines) == 1, lines
 
 
 # --- Service.progress(): what /healthz reports -----------------------------------------------------
