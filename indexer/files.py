@@ -363,6 +363,19 @@ def read_session_file(path: str, max_bytes: int = DEFAULT_MAX_SESSION_BYTES) -> 
     raise AssertionError("unreachable")
 
 
+def read_session_ends(path: str, max_bytes: int, size: int) -> tuple[bytes, bytes, Signature, int]:
+    """A session file's first and last `size` bytes (the same bytes twice in a small file), with the
+    signature of the file they were read from and the time they were read."""
+    looked_at = time.time_ns()
+    fd, st = _open_checked(path, max_bytes)
+    try:
+        head = os.pread(fd, size, 0)
+        tail = os.pread(fd, size, max(st.st_size - size, 0))
+    finally:
+        os.close(fd)
+    return head, tail, Signature.of(st), looked_at
+
+
 def read_session_parts(
     path: str, max_bytes: int, head_bytes: int, locate: Callable[[bytes], int | None]
 ) -> tuple[bytes, bytes | None, Signature, int]:

@@ -41,14 +41,17 @@ from ccweb_index.indexer.files import (
     is_transient,
     lstat_session,
     racy_mark,
+    read_session_ends,
     read_session_file,
     read_session_parts,
 )
 from ccweb_index.indexer.row import SessionRow
 from ccweb_index.indexer.sessionfile import (
+    ENDS_BYTES,
     Checkpoint,
     ParsedSession,
     Unreadable,
+    cut_short,
     messages_offset,
     parse_session,
     region_size,
@@ -367,7 +370,29 @@ def load_many(
             yield w.session_id, load_session(sessions_dir, w.session_id, max_bytes, w.resume_from)
         return
     whole.sort(key=lambda w: w.session_id)
-    yield from _load_in_workers(sessions_dir, list(_chunks(whole)), max_bytes, workers, budget)
+    parse: list[Wanted] = []
+    for w in whole:
+        cut = _cut_short(sessions_dir, w.session_id, max_bytes) if w.size >= ALONE_MIN_BYTES else None
+        if cut is None:
+            parse.append(w)
+        else:
+            yield w.session_id, cut
+    if parse:
+        yield from _load_in_workers(sessions_dir, list(_chunks(parse)), max_bytes, workers, budget)
+
+
+def _cut_short(sessions_dir: str, session_id: str, max_bytes: int) -> Loaded | None:
+    """A huge file caught in the middle of a write, known from its two ends (sessionfile.cut_short):
+    a worker would start, read and parse it to learn the same, a third of a second or more at
+    every look while a giant conversation is being written. None when its ends do not say."""
+    try:
+        head, tail, sig, looked_at = read_session_ends(
+            os.path.join(sessions_dir, session_id + ".json"), max_bytes, ENDS_BYTES
+        )
+    except (NotASession, TooLarge, OSError):
+        return None  # the whole load says what it is
+    reason = cut_short(head, tail)
+    return None if reason is None else Loaded(session_id, sig, racy_mark(sig, looked_at), reason, sig.size)
 
 
 def _load_in_workers(

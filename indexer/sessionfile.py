@@ -262,11 +262,33 @@ _UTF8_SLICE = 256 * 1024
 _UTF8_LONGEST = 4  # bytes of one character: a slice at least this long always moves the check on
 
 
+# JSON's whitespace, which may stand before and after the document.
+_JSON_WHITESPACE = b" \t\n\r"
+# How much of each end of a file `cut_short` is given; whitespace beyond it leaves the question open.
+ENDS_BYTES = 4096
+
+
+def cut_short(head: bytes, tail: bytes) -> str | None:
+    """Why a file whose first and last bytes are `head` and `tail` cannot be a whole document, when
+    they show it: it opens an object it never closes (a write still in progress, a file cut). None
+    when they do not say. Looked at before anything else about the file, so that every path gives
+    a file caught mid-write the same reason: one that reads only the ends of a huge file rather than
+    parse it (indexer.load) and the parse itself."""
+    opened = head.lstrip(_JSON_WHITESPACE)[:1] == b"{"
+    end = tail.rstrip(_JSON_WHITESPACE)[-1:]
+    if opened and end and end != b"}":
+        return "invalid JSON: the document ends before its object is closed (cut short, or still being written)"
+    return None
+
+
 def _check_text(data: bytes) -> None:
     if not data or data.isspace():
         raise Unreadable("empty file")
     if data.startswith(b"\xef\xbb\xbf"):
         raise Unreadable("starts with a UTF-8 byte-order mark")
+    reason = cut_short(data[:ENDS_BYTES], data[-ENDS_BYTES:])
+    if reason is not None:
+        raise Unreadable(reason)
     # msgspec does not check UTF-8 inside values it skips, so the whole file is checked here.
     if data.isascii():
         return

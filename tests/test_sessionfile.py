@@ -22,6 +22,7 @@ from ccweb_index.indexer.sessionfile import (
 )
 
 import reference
+from strategies import valid_file_bytes
 
 
 def parse(doc: Any) -> Any:
@@ -77,7 +78,8 @@ def test_invalid_ids(value: Any) -> None:
         (b"  \n", "empty"),
         (b"[1, 2]", "not a JSON object"),
         (b'"a string"', "not a JSON object"),
-        (b'{"title": "x"', "invalid JSON"),
+        (b'{"title": "x"', "ends before its object is closed"),
+        (b'{"title": "caf\xc3', "ends before its object is closed"),  # cut inside a character, too
         (b'{"title": NaN}', "invalid JSON"),
         (b'{"title": Infinity}', "invalid JSON"),
         (b'\xef\xbb\xbf{"title": "x"}', "byte-order mark"),
@@ -91,6 +93,20 @@ def test_unreadable_files(data: bytes, reason: str) -> None:
     with pytest.raises(Unreadable) as info:
         parse_session(data)
     assert reason in info.value.reason
+
+
+@given(valid_file_bytes(), st.data())
+def test_the_ends_of_a_whole_document_never_say_it_is_cut_short(data: bytes, pick: st.DataObject) -> None:
+    """`cut_short` decides from a file's two ends without parsing it (a huge file mid-write is never
+    handed to a worker); a document that parses must never be taken for one cut, whatever its
+    whitespace, and a cut one keeps that reason however it is cut."""
+    size = pick.draw(st.integers(1, sessionfile.ENDS_BYTES))
+    assert sessionfile.cut_short(data[:size], data[-size:]) is None
+    cut = pick.draw(st.integers(1, len(data) - 1))
+    head = data[:cut]
+    if head.rstrip(b" \t\n\r")[-1:] != b"}" and head.lstrip(b" \t\n\r")[:1] == b"{":
+        with pytest.raises(Unreadable, match="ends before its object is closed"):
+            parse_session(head)
 
 
 _BAD_UTF8 = [b"\xff", b"\xc0\xaf", b"\xe2\x28\xa1", b"\xed\xa0\x80", b"\xf0\x9f\x98", b"\x80"]
