@@ -244,7 +244,8 @@ def _refuse_what_is_not_ours(path: Path) -> None:
     write and, when damaged, delete: a device, a FIFO (opening one blocks), another program's
     database, a user's file given as --db by mistake. Ours: nothing there, an empty file, a path
     opened before (its `.lock` is there: then a damaged file is rebuilt as always), or an SQLite
-    database with no tables or with the record of our migrations."""
+    database that holds the record of our migrations, or no table and no journal beside it. What
+    cannot be told is refused: refusing costs the user a command, a wrong guess their file."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -258,7 +259,8 @@ def _refuse_what_is_not_ours(path: Path) -> None:
     foreign = _foreign_content(path)
     if foreign is not None:
         raise IndexMismatch(
-            f"{path} is not an index of ccweb-index ({foreign}), and is left as it is; pass another --db"
+            f"{path} is not an index of ccweb-index ({foreign}), and is left as it is; pass another --db, "
+            "or remove the file if it is an index of ours that lost its .lock"
         )
 
 
@@ -268,15 +270,21 @@ def _foreign_content(path: Path) -> str | None:
         with open(path, "rb") as f:
             if f.read(len(_SQLITE_MAGIC)) != _SQLITE_MAGIC:
                 return "not an SQLite database"
-        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)  # any byte of a path, quoted
+        # immutable: no lock taken, no -shm or -wal made beside another program's database.
+        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro&immutable=1", uri=True)  # any path byte, quoted
         try:
             tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if tables and (_MIGRATIONS_TABLE not in tables or not _recorded_ours(conn)):
-                return f"a database of something else, with the tables {', '.join(sorted(tables)[:5])}"
+            if _MIGRATIONS_TABLE in tables and _recorded_ours(conn):
+                return None
         finally:
             conn.close()
-    except (OSError, sqlite3.Error):
-        return None  # unreadable or damaged as a database: opening it says so, as for any index
+    except (OSError, sqlite3.Error) as exc:
+        return f"an SQLite database that cannot be read: {exc}"
+    if tables:
+        return f"a database of something else, with the tables {', '.join(sorted(tables)[:5])}"
+    pending = [suffix for suffix in ("-wal", "-journal") if os.path.lexists(f"{path}{suffix}")]
+    if pending:
+        return f"an SQLite database with changes pending in its {pending[0]} file"
     return None
 
 

@@ -140,19 +140,30 @@ def test_a_file_that_is_not_an_index_is_left_as_it_is(corpus: Corpus, tmp_path: 
     os.mkfifo(fifo)
     link = tmp_path / "link.sqlite"
     link.symlink_to(notes)
-    for path in (notes, other):
+    # Taken for ours when reading them failed: a damaged database, one with a journal beside it.
+    damaged = tmp_path / "damaged.sqlite"
+    damaged.write_bytes(other.read_bytes()[:16] + b"\xff" * 5000)
+    pending = tmp_path / "pending.sqlite"
+    pending.write_bytes(b"")
+    conn = sqlite3.connect(pending)
+    conn.execute("VACUUM")  # an SQLite file with no table yet, its first one still in its journal
+    conn.close()
+    Path(f"{pending}-journal").write_bytes(b"\0" * 512)
+    files = (notes, other, damaged, pending)
+    for path in files:
         path.chmod(0o644)
-    before = {path: (path.read_bytes(), path.stat().st_mode) for path in (notes, other)}
+    before = {path: (path.read_bytes(), path.stat().st_mode) for path in files}
     for path, reason in ((notes, "not an SQLite database"), (other, "the tables bookmarks"),
-                         (fifo, "not a regular file"), (link, "not an SQLite database")):  # fmt: skip
+                         (fifo, "not a regular file"), (link, "not an SQLite database"),
+                         (damaged, "cannot be read"), (pending, "pending in its -journal")):  # fmt: skip
         with pytest.raises(IndexMismatch, match=reason):
             open_index(path, str(corpus.path))
         result = cli("call", "ccweb_list_user_inputs", '{"conversationId": "a"}',
                      "--sessions-dir", str(corpus.path), "--db", str(path))  # fmt: skip
         assert result.returncode == 1 and reason in result.stderr, result.stderr
         assert not Path(f"{path}.lock").exists() and not Path(f"{path}-wal").exists()
-    assert {path: (path.read_bytes(), path.stat().st_mode) for path in (notes, other)} == before
-    assert link.is_symlink()
+    assert {path: (path.read_bytes(), path.stat().st_mode) for path in files} == before
+    assert link.is_symlink() and not Path(f"{other}-shm").exists()
 
 
 def test_an_index_of_another_directory_is_refused(tmp_path: Path, db_path: Path) -> None:
