@@ -147,19 +147,17 @@ def _require_dir(sessions_dir: str) -> None:
 def _paths_print_as_bytes() -> None:
     # Paths are bytes (docs/decisions.md): a sessions path that is not UTF-8 reaches us with
     # surrogate escapes, which a strict UTF-8 stream refuses. On stdout it prints as its own bytes
-    # (as `ls` would); in the log, escaped. Stdout is UTF-8 whatever the locale says, as jq's is:
-    # `call` writes JSON, whose encoding that is, and a user's words fit no narrower charset.
-    for stream, settings in (
-        (sys.stdout, {"encoding": "utf-8", "errors": "surrogateescape"}),
-        (sys.stderr, {"errors": "backslashreplace"}),
-    ):
+    # (as `ls` would); in the log, escaped.
+    for stream, errors in ((sys.stdout, "surrogateescape"), (sys.stderr, "backslashreplace")):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
-            reconfigure(**settings)
+            reconfigure(errors=errors)
 
 
-def _say(text: str) -> None:
-    """A line of a command's output, on stdout.
+def _say(text: str | bytes) -> None:
+    """A line of a command's output, on stdout: text in the locale's encoding, or bytes as they are
+    (`call`'s JSON, in UTF-8 whatever the locale, as jq writes it: a user's words fit no narrower
+    charset, and under latin-1 the first CJK character ended `call` in a traceback).
 
     A stdout that cannot take it (a full disk, an I/O error) ends the command with one plain line
     on stderr, not a traceback. A closed pipe stays click's: a quiet exit."""
@@ -612,7 +610,7 @@ def call(
     service.start()
     result = service.call(tool, arguments, source_session)
     service.close()
-    _say(result.text())
+    _say(result.text().encode("utf-8"))
     sys.exit(1 if result.is_error else 0)
 
 
