@@ -363,17 +363,20 @@ def read_session_file(path: str, max_bytes: int = DEFAULT_MAX_SESSION_BYTES) -> 
     raise AssertionError("unreachable")
 
 
-def read_session_ends(path: str, max_bytes: int, size: int) -> tuple[bytes, bytes, Signature, int]:
+def read_session_ends(path: str, max_bytes: int, size: int) -> tuple[bytes, bytes, Signature, int] | None:
     """A session file's first and last `size` bytes (the same bytes twice in a small file), with the
-    signature of the file they were read from and the time they were read."""
+    signature of the file they were read from and the time they were read; None when the file
+    changed while they were read (they may then be two versions' ends)."""
     looked_at = time.time_ns()
-    fd, st = _open_checked(path, max_bytes)
+    fd, before = _open_checked(path, max_bytes)
     try:
         head = os.pread(fd, size, 0)
-        tail = os.pread(fd, size, max(st.st_size - size, 0))
+        tail = os.pread(fd, size, max(before.st_size - size, 0))
+        after = os.fstat(fd)
     finally:
         os.close(fd)
-    return head, tail, Signature.of(st), looked_at
+    sig = Signature.of(after)
+    return (head, tail, sig, looked_at) if sig == Signature.of(before) else None
 
 
 def read_session_parts(

@@ -386,11 +386,12 @@ def _cut_short(sessions_dir: str, session_id: str, max_bytes: int) -> Loaded | N
     a worker would start, read and parse it to learn the same, a third of a second or more at
     every look while a giant conversation is being written. None when its ends do not say."""
     try:
-        head, tail, sig, looked_at = read_session_ends(
-            os.path.join(sessions_dir, session_id + ".json"), max_bytes, ENDS_BYTES
-        )
+        ends = read_session_ends(os.path.join(sessions_dir, session_id + ".json"), max_bytes, ENDS_BYTES)
     except (NotASession, TooLarge, OSError):
         return None  # the whole load says what it is
+    if ends is None:
+        return None  # changed while its ends were read: the whole load reads it again until it holds
+    head, tail, sig, looked_at = ends
     reason = cut_short(head, tail)
     return None if reason is None else Loaded(session_id, sig, racy_mark(sig, looked_at), reason, sig.size)
 

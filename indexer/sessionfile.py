@@ -270,14 +270,18 @@ ENDS_BYTES = 4096
 
 def cut_short(head: bytes, tail: bytes) -> str | None:
     """Why a file whose first and last bytes are `head` and `tail` cannot be a whole document, when
-    they show it: it opens an object it never closes (a write still in progress, a file cut). None
-    when they do not say. Looked at before anything else about the file, so that every path gives
-    a file caught mid-write the same reason: one that reads only the ends of a huge file rather than
-    parse it (indexer.load) and the parse itself."""
+    they show it: it opens an object and does not end with the `}` that closes one (most often a
+    write still in progress). None when they do not say. Looked at before anything else about the
+    file, so that every path gives such a file the same reason: one that reads only the ends of a
+    huge file rather than parse it (indexer.load) and the parse itself. The reason names what is
+    certain, since the same ends also come from a file with something after its object."""
     opened = head.lstrip(_JSON_WHITESPACE)[:1] == b"{"
     end = tail.rstrip(_JSON_WHITESPACE)[-1:]
     if opened and end and end != b"}":
-        return "invalid JSON: the document ends before its object is closed (cut short, or still being written)"
+        return (
+            "invalid JSON: the file does not end with the '}' that closes its object "
+            "(cut short or still being written, or something follows the object)"
+        )
     return None
 
 

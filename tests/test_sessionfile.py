@@ -78,8 +78,8 @@ def test_invalid_ids(value: Any) -> None:
         (b"  \n", "empty"),
         (b"[1, 2]", "not a JSON object"),
         (b'"a string"', "not a JSON object"),
-        (b'{"title": "x"', "ends before its object is closed"),
-        (b'{"title": "caf\xc3', "ends before its object is closed"),  # cut inside a character, too
+        (b'{"title": "x"', "does not end with the '}' that closes its object"),
+        (b'{"title": "caf\xc3', "does not end with the '}' that closes its object"),  # cut inside a character, too
         (b'{"title": NaN}', "invalid JSON"),
         (b'{"title": Infinity}', "invalid JSON"),
         (b'\xef\xbb\xbf{"title": "x"}', "byte-order mark"),
@@ -105,7 +105,7 @@ def test_the_ends_of_a_whole_document_never_say_it_is_cut_short(data: bytes, pic
     cut = pick.draw(st.integers(1, len(data) - 1))
     head = data[:cut]
     if head.rstrip(b" \t\n\r")[-1:] != b"}" and head.lstrip(b" \t\n\r")[:1] == b"{":
-        with pytest.raises(Unreadable, match="ends before its object is closed"):
+        with pytest.raises(Unreadable, match="does not end with the '}' that closes its object"):
             parse_session(head)
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ccweb_index.indexer import load, refresh
+from ccweb_index.indexer import files, load, refresh
 from ccweb_index.indexer.torn import TORN_WRITE_PAUSE_SECONDS, TORN_WRITE_RETRY_SECONDS, TornWrites
 from ccweb_index.server.service import Service
 
@@ -129,7 +130,7 @@ def test_the_log_says_which_version_answered(svc: Service, corpus: Corpus, caplo
     caplog.set_level(logging.WARNING, "ccweb_index")
     corpus.write("w1", TORN)
     assert inputs(svc, "w1") == ["version 1"]
-    assert "session w1 is unreadable: invalid JSON: the document ends before its object is closed" in caplog.text
+    assert "session w1 is unreadable: invalid JSON: the file does not end with the '}' that closes its object" in caplog.text
 
 
 def test_a_huge_file_caught_mid_write_is_known_from_its_ends(
@@ -156,3 +157,21 @@ def test_a_huge_file_caught_mid_write_is_known_from_its_ends(
         assert inputs(svc, "giant")[-1] == "version 2"
     finally:
         svc.close()
+
+
+def test_ends_read_while_the_file_changes_decide_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two ends of a file rewritten between their reads may be two versions' ends: a whole
+    version's head and a torn one's tail would call it cut short under the whole one's signature
+    (found by a review). Then nothing is decided from them, and the whole load reads the file."""
+    path = tmp_path / "x.json"
+    path.write_bytes(b'{"a": "' + b"x" * 10_000 + b'"}')
+    pread = os.pread
+
+    def rewritten_after_the_head(fd: int, size: int, offset: int) -> bytes:
+        data = pread(fd, size, offset)
+        if offset == 0:
+            path.write_bytes(b'{"a": "' + b"y" * 20_000)  # in place, half of the next version
+        return data
+
+    monkeypatch.setattr(os, "pread", rewritten_after_the_head)
+    assert files.read_session_ends(str(path), 10**9, 4096) is None
