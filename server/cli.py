@@ -228,7 +228,9 @@ def _build_progress(every: float) -> contextlib.AbstractContextManager[Progress]
 @contextlib.contextmanager
 def _unwound_by_sigterm(bar: BarProgress) -> Iterator[BarProgress]:
     # SIGTERM's default action left the terminal as the bar had set it, its cursor hidden. Raised as
-    # SystemExit it unwinds through the bar's end, as Ctrl-C does; the exit status stays a SIGTERM's.
+    # SystemExit it unwinds through the bar's end, as Ctrl-C does, and through the index's close,
+    # which waits for the parse workers (a second or so). The process then exits with 143, what a
+    # shell shows for a SIGTERM, rather than dying by it.
     previous = signal.signal(signal.SIGTERM, _exit_as_terminated)
     try:
         with bar:
@@ -564,10 +566,12 @@ def token() -> None:
     `Authorization: Bearer <token>`.
     """
     from ccweb_index.server.credentials import TokenFileError, default_token
+    from ccweb_index.server.http import StartupError, checked_token
 
     try:
-        value, _, _ = default_token()
-    except TokenFileError as exc:
+        value, path, _ = default_token()
+        checked_token(value, f"the token file {path}")  # what `serve` would refuse, this refuses too
+    except (TokenFileError, StartupError) as exc:
         raise click.ClickException(str(exc)) from None
     _say(value)
 

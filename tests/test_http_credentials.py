@@ -76,11 +76,14 @@ def test_a_default_token_file_edited_into_no_header_value_is_refused(tmp_path: P
     token_file.chmod(0o600)
     command = [CCWEB_INDEX, "serve", "--transport", "http", "--port", "0",
                "--sessions-dir", str(corpus.path), "--db", str(db_path)]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-                            env=_clean_env(XDG_CONFIG_HOME=str(tmp_path / "config")))  # fmt: skip
+    env = _clean_env(XDG_CONFIG_HOME=str(tmp_path / "config"))
+    # A short time-out: without the check the server starts, and runs until it is killed.
+    result = subprocess.run(command, capture_output=True, text=True, timeout=15, stdin=subprocess.DEVNULL, env=env)
     assert result.returncode == 1, result.stderr
     assert f"the token from the token file {token_file} must be printable ASCII without spaces" in result.stderr
     assert "Traceback" not in result.stderr and not db_path.exists()
+    printed = subprocess.run([CCWEB_INDEX, "token"], capture_output=True, text=True, timeout=60, env=env)
+    assert printed.returncode == 1 and "must be printable ASCII" in printed.stderr and not printed.stdout
 
 
 def test_a_configured_token_wins_and_no_file_is_made(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:

@@ -3,6 +3,7 @@ one, the first pass of `serve` and `watch` at INFO, `Service.progress()` for /he
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import pty
@@ -126,6 +127,29 @@ def test_a_build_stopped_by_sigterm_gives_the_terminal_its_cursor_back(corpus: C
     assert status == 128 + signal.SIGTERM, output
     assert output.rfind("\x1b[?25h") > output.rfind("\x1b[?25l") >= 0, output[-300:]
     assert "Traceback" not in output
+
+
+def test_the_bars_end_is_registered_before_it_first_draws() -> None:
+    """The signal test above, made certain: SIGTERM raised as the first draw returns (here, by the
+    draw's own write) found the bar not yet registered to be ended, and its cursor stayed hidden
+    (one run in three under the parallel suite)."""
+    from ccweb_index.server.bar import BarProgress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+        def write(self, text: str) -> int:
+            written = super().write(text)
+            if "indexing" in text and "\x1b[?25h" not in self.getvalue():
+                raise SystemExit(128 + signal.SIGTERM)
+            return written
+
+    terminal = Terminal()
+    with pytest.raises(SystemExit), BarProgress(terminal) as bar:
+        bar.start(3, 300)
+    shown = terminal.getvalue()
+    assert shown.rfind("\x1b[?25h") > shown.rfind("\x1b[?25l") >= 0, shown
 
 
 def test_a_build_with_nothing_to_read_shows_no_progress(corpus: Corpus, db_path: Path) -> None:
