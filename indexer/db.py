@@ -25,6 +25,7 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import platformdirs
 
@@ -127,9 +128,33 @@ def _open_lock(path: Path) -> Iterator[None]:
                     raise IndexUnavailable(f"another process keeps {path}.lock locked") from None
                 time.sleep(0.01)
         try:
+            _sign(lock)
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# What this program writes in the `.lock` beside its index, and nothing else does: a `.lock` that
+# holds it says the file beside it was opened here (`_refuse_what_is_not_ours`). An empty one does
+# not: other programs leave empty `<file>.lock`s too (the filelock package among them).
+LOCK_SIGNATURE = b"ccweb-index: this file serialises the opening of the index beside it\n"
+
+
+def _sign(lock: BinaryIO) -> None:
+    lock.seek(0)
+    if lock.read(len(LOCK_SIGNATURE) + 1) != LOCK_SIGNATURE:
+        lock.seek(0)
+        lock.truncate()
+        lock.write(LOCK_SIGNATURE)
+        lock.flush()
+
+
+def _signed(lock_path: str) -> bool:
+    try:
+        with open(lock_path, "rb") as f:
+            return f.read(len(LOCK_SIGNATURE) + 1) == LOCK_SIGNATURE
+    except OSError:
+        return False
 
 
 def _file_id(path: str) -> tuple[int, int] | None:
@@ -242,10 +267,11 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 def _refuse_what_is_not_ours(path: Path) -> None:
     """Raise IndexMismatch when the file at `path` is not one this program may open, make private,
     write and, when damaged, delete: a device, a FIFO (opening one blocks), another program's
-    database, a user's file given as --db by mistake. Ours: nothing there, an empty file, a path
-    opened before (its `.lock` is there: then a damaged file is rebuilt as always), or an SQLite
-    database that holds the record of our migrations, or no table and no journal beside it. What
-    cannot be told is refused: refusing costs the user a command, a wrong guess their file."""
+    database, a user's file given as --db by mistake. Ours: nothing there; a file opened here
+    before (the `.lock` beside it is signed: then a damaged file is rebuilt as always); an SQLite
+    database holding the record of our migrations; else, with no journal pending beside it, an
+    empty file or an SQLite database holding nothing at all. What cannot be told is refused:
+    refusing costs the user a command, a wrong guess their file."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -254,9 +280,11 @@ def _refuse_what_is_not_ours(path: Path) -> None:
         raise IndexUnavailable(f"cannot look at {path}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(st.st_mode):
         raise IndexMismatch(f"{path} is not a regular file, so it cannot be the index; pass another --db")
-    if st.st_size == 0 or os.path.lexists(f"{path}.lock"):
+    # The record before the journals: an index of an older version has an unsigned .lock, and a
+    # -wal beside it whenever a process of that version has it open.
+    if _signed(f"{path}.lock") or (st.st_size > 0 and _holds_our_record(path)):
         return
-    foreign = _foreign_content(path)
+    foreign = _pending_beside(path) or (None if st.st_size == 0 else _foreign_content(path))
     if foreign is not None:
         raise IndexMismatch(
             f"{path} is not an index of ccweb-index ({foreign}), and is left as it is; pass another --db, "
@@ -264,27 +292,61 @@ def _refuse_what_is_not_ours(path: Path) -> None:
         )
 
 
-def _foreign_content(path: Path) -> str | None:
-    """Why the file at `path`, never opened by this program, is not its index; None when it is."""
+def _pending_beside(path: Path) -> str | None:
+    # Beside the file the path leads to, where SQLite looks for them (it follows symlinks).
+    real = os.path.realpath(path)
+    for suffix in ("-wal", "-journal"):
+        with contextlib.suppress(OSError):
+            if os.stat(f"{real}{suffix}").st_size > 0:
+                return f"a database with changes pending in its {suffix} file"
+    return None
+
+
+def _immutable(path: Path) -> sqlite3.Connection:
+    # No lock taken, no -shm or -wal made beside another program's database; any path byte, quoted.
+    return sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro&immutable=1", uri=True)
+
+
+def _is_sqlite(path: Path) -> bool:
     try:
         with open(path, "rb") as f:
-            if f.read(len(_SQLITE_MAGIC)) != _SQLITE_MAGIC:
-                return "not an SQLite database"
-        # immutable: no lock taken, no -shm or -wal made beside another program's database.
-        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro&immutable=1", uri=True)  # any path byte, quoted
+            return f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+    except OSError as exc:
+        raise IndexUnavailable(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _holds_our_record(path: Path) -> bool:
+    if not _is_sqlite(path):
+        return False
+    try:
+        conn = _immutable(path)
         try:
-            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if _MIGRATIONS_TABLE in tables and _recorded_ours(conn):
-                return None
+            return _recorded_ours(conn)
         finally:
             conn.close()
-    except (OSError, sqlite3.Error) as exc:
+    except sqlite3.Error:
+        return False
+
+
+def _foreign_content(path: Path) -> str | None:
+    """Why the file at `path`, never opened by this program and without our record, is not its
+    index; None when it holds nothing at all (an SQLite file made empty)."""
+    if not _is_sqlite(path):
+        return "not an SQLite database"
+    try:
+        conn = _immutable(path)
+        try:
+            names = [name for (name,) in conn.execute("SELECT name FROM sqlite_master ORDER BY name LIMIT 5")]
+            (application,) = conn.execute("PRAGMA application_id").fetchone()
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
         return f"an SQLite database that cannot be read: {exc}"
-    if tables:
-        return f"a database of something else, with the tables {', '.join(sorted(tables)[:5])}"
-    pending = [suffix for suffix in ("-wal", "-journal") if os.path.lexists(f"{path}{suffix}")]
-    if pending:
-        return f"an SQLite database with changes pending in its {pending[0]} file"
+    if names:
+        return f"a database of something else, holding {', '.join(names)}"
+    if application or version:
+        return "a database of something else: it has an application id or a user version"
     return None
 
 
@@ -292,7 +354,10 @@ def _recorded_ours(conn: sqlite3.Connection) -> bool:
     from ccweb_index.migrations import MIGRATION_SET
 
     sql = f"SELECT 1 FROM {_MIGRATIONS_TABLE} WHERE migration_set = ? LIMIT 1"
-    return conn.execute(sql, (MIGRATION_SET,)).fetchone() is not None
+    try:
+        return conn.execute(sql, (MIGRATION_SET,)).fetchone() is not None
+    except sqlite3.OperationalError:  # no such table, or another program's table of that name
+        return False
 
 
 def _migrate_and_claim(conn: sqlite3.Connection, sessions_dir: str) -> None:

@@ -100,8 +100,8 @@ class SilentAfterHangUp:
     """The stdio write stream, with no "Connection closed" errors once the client has closed stdin.
 
     Closing the server's stdin is how an MCP client ends a stdio session. The SDK then cancels each
-    request still open (a wait) and answers it with that error, for a client that has stopped
-    reading. The Python SDK 1.x client, whose session is closed by then, fails its own exit on the
+    request still open (any call in flight, most often a wait) and answers it with that error, for a
+    client that has stopped reading. The Python SDK 1.x client, whose session is closed by then, fails its own exit on the
     line: its `stdio_client` raises BrokenResourceError in an ExceptionGroup. So a request still
     open at the hang-up gets no answer at all; a script that pipes requests in and wants every
     answer keeps stdin open until it has them. Nothing else is held back.

@@ -521,7 +521,8 @@ def test_a_schema_left_half_made_without_its_record_is_rebuilt(tmp_path: Path) -
     conn = sqlite3.connect(db)
     conn.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY)")
     conn.close()
-    Path(f"{db}.lock").touch()  # left by the run that crashed: a file never opened here is not rebuilt
+    # Left by the run that crashed: a file never opened here is not rebuilt.
+    Path(f"{db}.lock").write_bytes(dbmod.LOCK_SIGNATURE)
     svc = Service(corpus.path, db)
     svc.start()
     try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -149,21 +151,76 @@ def test_a_file_that_is_not_an_index_is_left_as_it_is(corpus: Corpus, tmp_path: 
     conn.execute("VACUUM")  # an SQLite file with no table yet, its first one still in its journal
     conn.close()
     Path(f"{pending}-journal").write_bytes(b"\0" * 512)
-    files = (notes, other, damaged, pending)
+    # From a second review: a view and nothing else; an application id; an empty `.lock` beside a
+    # file (other programs leave them too); a symlink to a WAL database whose tables are all in its
+    # -wal; an empty file beside another program's -wal.
+    view, appid, locked, walled, blank = (tmp_path / f"{name}.sqlite" for name in ("view", "appid", "locked", "walled", "blank"))
+    _sqlite(view, "CREATE VIEW settings AS SELECT 'dark' AS theme")
+    _sqlite(appid, "PRAGMA application_id = 1234")
+    locked.write_text("my other notes\n")
+    Path(f"{locked}.lock").touch()
+    walled_target = tmp_path / "elsewhere" / "app.db"
+    walled_target.parent.mkdir()
+    _wal_only(walled_target)
+    walled.symlink_to(walled_target)
+    blank.write_bytes(b"")
+    Path(f"{blank}-wal").write_bytes(Path(f"{walled_target}-wal").read_bytes())
+    files = (notes, other, damaged, pending, view, appid, locked, walled_target, Path(f"{walled_target}-wal"),
+             Path(f"{blank}-wal"))  # fmt: skip
     for path in files:
         path.chmod(0o644)
     before = {path: (path.read_bytes(), path.stat().st_mode) for path in files}
-    for path, reason in ((notes, "not an SQLite database"), (other, "the tables bookmarks"),
+    for path, reason in ((notes, "not an SQLite database"), (other, "holding bookmarks"),
                          (fifo, "not a regular file"), (link, "not an SQLite database"),
-                         (damaged, "cannot be read"), (pending, "pending in its -journal")):  # fmt: skip
+                         (damaged, "cannot be read"), (pending, "pending in its -journal"),
+                         (view, "holding settings"), (appid, "an application id"),
+                         (locked, "not an SQLite database"), (walled, "pending in its -wal"),
+                         (blank, "pending in its -wal")):  # fmt: skip
         with pytest.raises(IndexMismatch, match=reason):
             open_index(path, str(corpus.path))
         result = cli("call", "ccweb_list_user_inputs", '{"conversationId": "a"}',
                      "--sessions-dir", str(corpus.path), "--db", str(path))  # fmt: skip
         assert result.returncode == 1 and reason in result.stderr, result.stderr
-        assert not Path(f"{path}.lock").exists() and not Path(f"{path}-wal").exists()
+        assert path == locked or not Path(f"{path}.lock").exists()
+        assert path in (walled, blank) or not Path(f"{path}-wal").exists()
     assert {path: (path.read_bytes(), path.stat().st_mode) for path in files} == before
     assert link.is_symlink() and not Path(f"{other}-shm").exists()
+    assert Path(f"{locked}.lock").read_bytes() == b""
+
+
+def _sqlite(path: Path, statement: str) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute(statement)
+    conn.commit()
+    conn.close()
+
+
+def _wal_only(path: Path) -> None:
+    """A WAL database whose table is still all in its -wal, as a program killed before any
+    checkpoint leaves it."""
+    script = (
+        "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA journal_mode = WAL');"
+        " c.execute('PRAGMA wal_autocheckpoint = 0'); c.execute('CREATE TABLE secrets (x)');"
+        " c.execute(\"INSERT INTO secrets VALUES ('s')\"); c.commit(); os._exit(0)"
+    )
+    subprocess.run([sys.executable, "-c", script, str(path)], check=True, timeout=60)
+
+
+def test_an_older_versions_index_open_in_another_process_is_opened(corpus: Corpus, db_path: Path) -> None:
+    """An index made before the .lock was signed, with a -wal beside it because a server of that
+    version has it open: ours by the record of its migrations, which the main file holds."""
+    corpus.write("a", session("hi"))
+    open_index(db_path, str(corpus.path)).close()
+    Path(f"{db_path}.lock").write_bytes(b"")  # as older versions left it
+    holder = sqlite3.connect(db_path)
+    holder.execute("CREATE TABLE IF NOT EXISTS meta_probe (x)")  # a write: the -wal has content
+    holder.commit()
+    try:
+        assert Path(f"{db_path}-wal").stat().st_size > 0
+        open_index(db_path, str(corpus.path)).close()
+    finally:
+        holder.close()
+    assert Path(f"{db_path}.lock").read_bytes().startswith(b"ccweb-index")  # signed from now on
 
 
 def test_an_index_of_another_directory_is_refused(tmp_path: Path, db_path: Path) -> None:
