@@ -376,15 +376,18 @@ def serve(
     limits: dict[str, Any],
 ) -> None:
     """Serve the MCP tools over stdio (default) or as one shared Streamable HTTP server."""
-    # Until each transport takes SIGTERM itself, nothing has been served: leave at once, with
-    # status 0 (the SDK's import alone takes most of a second, and the default action is 143).
-    previous = signal.signal(signal.SIGTERM, _exit_before_serving)
+    from ccweb_index.server.stop import STOP_SIGNALS
+
+    # Until each transport takes SIGTERM and SIGINT itself, nothing has been served: leave at once,
+    # with status 0 (the SDK's import alone takes most of a second; the default actions are 143 and
+    # a KeyboardInterrupt, which click prints as "Aborted!").
+    previous = {signum: signal.signal(signum, _exit_before_serving) for signum in STOP_SIGNALS}
     if transport == "http":
         listen = _Listen(host, port, unix_socket, token_file, allowed_host, limits)
         try:
             _serve_http(ctx, sessions_dir, db, max_session_bytes, verbose, no_watch, poll, listen, max_waits)
-        except click.ClickException:  # refused before serving: a caller in this process keeps its handler
-            signal.signal(signal.SIGTERM, previous)
+        except click.ClickException:  # refused before serving: a caller in this process keeps its handlers
+            _restore(previous)
             raise
         return
     http_only = [name for name, value in (("--host", host), ("--port", port), ("--token-file", token_file),
@@ -392,12 +395,13 @@ def serve(
                  if value is not None]  # fmt: skip
     http_only += [option for option, field, _, _ in _LIMIT_OPTIONS if field in limits]
     if http_only:
-        signal.signal(signal.SIGTERM, previous)
+        _restore(previous)
         raise click.UsageError(f"{', '.join(http_only)} only apply to --transport http")
 
     import anyio
 
     from ccweb_index.server.app import LazyService, serve_stdio
+    from ccweb_index.server.stop import client_gone
 
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(asctime)s ccweb-index %(levelname)s %(message)s")  # fmt: skip
@@ -423,19 +427,20 @@ def serve(
         os._exit(0)
 
     # Before the index begins to open: the thread below can be well into its first pass before the
-    # next line returns, and a SIGTERM must not then take the signal's default action (status 143).
-    signal.signal(signal.SIGTERM, stop_before_serving)
+    # next line returns, and a signal must not then take its default action.
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, stop_before_serving)
     # The index is opened beside the server, not before it: `initialize` and `tools/list` are
     # answered at once; the first call waits for the index.
     service = LazyService(open_service)
     try:
         anyio.run(serve_stdio, service, source_session, max_waits)
-    except KeyboardInterrupt:
-        pass
-    except BaseException:
+    except BaseException as exc:
         # Stopping because the index could not be opened can break a write in flight (an answer to
-        # `initialize`); the reason to report is the opening's, not the torn stream's.
-        if service.error is None:
+        # `initialize`); the reason to report is the opening's, not the torn stream's. A client
+        # that closed our stdout is gone: there is nobody to tell (it printed a BrokenPipeError
+        # traceback into the agent's log, status 1).
+        if service.error is None and not client_gone(exc):
             raise
     finally:
         service.close()
@@ -515,6 +520,11 @@ def _serve_http(
     except StartupError as exc:
         raise click.ClickException(str(exc)) from None
     sys.exit(status)
+
+
+def _restore(handlers: dict[signal.Signals, Any]) -> None:
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
 
 
 def _exit_before_serving(*_: object) -> None:

@@ -1,5 +1,6 @@
 """SIGTERM ends a stdio server: the call in flight answers, then the process exits 0, even while
-its client keeps stdin open (issue 10, item 6).
+its client keeps stdin open (issue 10, item 6). SIGINT does the same: Claude Code sends it first
+when it exits, then SIGTERM a tenth of a second later.
 
 The SDK's stdio transport reads stdin in a worker thread that cannot be cancelled, so a server
 whose stdin stays open can never return from `anyio.run`: it used to close the index on SIGTERM
@@ -21,13 +22,16 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import anyio
-import mcp_types as types
-from mcp.shared.message import SessionMessage
+if TYPE_CHECKING:
+    from mcp.shared.message import SessionMessage
 
+# The signals that end a server; both are taken as SIGTERM is (see the module's docstring). This
+# module imports nothing but the standard library at its top: `serve` imports it to take these
+# first thing, and its functions import anyio when they run.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # How long, after SIGTERM, the last answers have to be written before the process exits anyway.
 STOP_GRACE_SECONDS = 0.8
 _POLL_SECONDS = 0.005
@@ -73,13 +77,17 @@ def _written(write_stream: Any) -> bool:
 async def exit_on_sigterm(
     write_stream: Any, close: Callable[[], None], end_waits: Callable[[], Awaitable[None]] | None = None
 ) -> None:
-    """Run beside the stdio server: on SIGTERM, answer the open waits (`end_waits`), let the answers
-    out, `close`, and exit 0."""
-    # The receiver stays open to the end: closing it would put back SIGTERM's default action, and a
-    # second SIGTERM from an impatient supervisor would then kill the process mid-drain (status 143).
+    """Run beside the stdio server: on SIGTERM or SIGINT, answer the open waits (`end_waits`), let
+    the answers out, `close`, and exit 0."""
+    # The receiver stays open to the end: closing it would put back the signals' default actions,
+    # and the SIGTERM that follows a SIGINT, or an impatient supervisor's second one, would then kill
+    # the process mid-drain (status 143). SIGINT's default here was a KeyboardInterrupt raised
+    # wherever the loop was: tracebacks, "Aborted!", and the open wait answered "Connection closed".
+    import anyio
+
     received = False
     try:
-        with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+        with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async for _ in signals:
                 received = True
                 break
@@ -90,10 +98,34 @@ async def exit_on_sigterm(
         if received:  # in the drain: nobody is left to answer, and the stop was asked for
             _leave(close)
         # Else it closes the service next, which waits for a first pass under way. The receiver has
-        # put back SIGTERM's default action; a SIGTERM now (the SDK clients send one when the exit
+        # put back the default actions; a signal now (the SDK clients send SIGTERM when the exit
         # takes long) leaves at once with 0 instead, as before the server runs, without closing
         # again what the process is closing.
-        signal.signal(signal.SIGTERM, lambda *_: _leave(lambda: None))
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, lambda *_: _leave(lambda: None))
+
+
+def client_gone(exc: BaseException) -> bool:
+    """Whether `exc` (an exception group from the stdio transport, as a rule) says only that the
+    client is gone: it closed the server's stdout, so an answer met a broken pipe. Nobody is left to
+    tell, and it is no fault of the server's."""
+    import asyncio
+
+    import anyio
+
+    leaves = list(_leaves(exc))
+    gone = (BrokenPipeError, ConnectionResetError)
+    # Asked after the loop has ended, so the cancellation is asyncio's own (the loop `serve` runs).
+    followers = (*gone, anyio.BrokenResourceError, anyio.ClosedResourceError, asyncio.CancelledError)
+    return any(isinstance(leaf, gone) for leaf in leaves) and all(isinstance(leaf, followers) for leaf in leaves)
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield exc
 
 
 class SilentAfterHangUp:
@@ -130,6 +162,9 @@ class SilentAfterHangUp:
 
 
 def _is_connection_closed(message: Any) -> bool:
+    # Imported here: `watch` and the HTTP server import this module, and need none of the SDK.
+    import mcp_types as types
+
     return isinstance(message, types.JSONRPCError) and message.error.code == types.CONNECTION_CLOSED
 
 
@@ -144,6 +179,8 @@ def _leave(close: Callable[[], None]) -> NoReturn:
 
 async def _drain(write_stream: Any, end_waits: Callable[[], Awaitable[None]] | None) -> None:
     """Answer the open waits, wait for the calls in flight, and let the writer send every answer."""
+    import anyio
+
     if end_waits is not None:
         await end_waits()
     while not calls_in_flight.idle():  # a call in a worker thread answers first, however long it takes

@@ -149,6 +149,56 @@ def test_a_second_sigterm_during_the_drain_still_exits_0(server: Server) -> None
     assert code == 0, (code, server.log.read_text())
 
 
+def test_claude_codes_exit_during_a_wait_answers_it_and_exits_0(server: Server) -> None:
+    """How Claude Code ends its stdio servers: SIGINT, a cancel of the open request, then SIGTERM a
+    tenth of a second later. SIGINT was Python's KeyboardInterrupt, raised wherever the loop was:
+    tracebacks or click's "Aborted!" in the log, the wait answered "Connection closed", and the
+    SIGTERM then killed the server (status 143) in 6 runs of 8 (found with the real agent)."""
+    # Claude Code speaks the sessionless 2026-07-28 revision: every message carries who it is.
+    meta = {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientInfo": {"name": "claude-code", "version": "2.1.332"},
+                      "io.modelcontextprotocol/clientCapabilities": {}}}  # fmt: skip
+    server.send("server/discover", meta)
+    assert "result" in server.receive()
+    wait = {"name": "ccweb_wait_for_conversations", "arguments": {"scope": "all", "timeoutSeconds": 60}, **meta}
+    request_id = server.send("tools/call", wait)
+    time.sleep(1.0)  # the wait is open
+    os.kill(server.proc.pid, signal.SIGINT)
+    time.sleep(0.02)
+    server.send("notifications/cancelled", {"requestId": request_id, **meta}, request=False)
+    time.sleep(0.08)
+    if server.proc.poll() is None:
+        os.kill(server.proc.pid, signal.SIGTERM)
+    code = server.exit_code_within(5.0)
+    log = server.log.read_text()
+    assert code == 0, (code, log)
+    assert "Traceback" not in log and "Aborted" not in log and "KeyboardInterrupt" not in log, log
+    assert server.proc.stdout is not None
+    (answer,) = [json.loads(line) for line in server.proc.stdout.read().splitlines()]
+    assert answer["id"] == request_id and "result" in answer, answer  # not "Connection closed"
+    assert json.loads(answer["result"]["content"][0]["text"])["timedOut"] is True
+
+
+def test_a_client_gone_from_stdout_ends_the_server_quietly(tmp_path: Path, corpus: Corpus) -> None:
+    """A client killed while the server starts (Codex, stopped during its MCP start) closes the
+    server's stdout and stdin. The next answer met a broken pipe: a BrokenPipeError traceback in the
+    agent's log and status 1 (found with the real agent)."""
+    corpus.write("w1", session("hello"))
+    command = [CCWEB_INDEX, "serve", "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "i.sqlite")]
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # nobody reads the answers any more
+    initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": mcp_types.LATEST_PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}  # fmt: skip
+    proc.stdin.write(json.dumps(initialize).encode() + b"\n")
+    proc.stdin.flush()
+    time.sleep(0.05)
+    proc.stdin.close()
+    assert proc.wait(timeout=30) == 0
+    log = proc.stderr.read().decode()
+    assert "Traceback" not in log and "BrokenPipe" not in log, log
+
+
 SLOW_FIRST_PASS = """
 import time
 from pathlib import Path
