@@ -280,11 +280,14 @@ def _refuse_what_is_not_ours(path: Path) -> None:
         raise IndexUnavailable(f"cannot look at {path}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(st.st_mode):
         raise IndexMismatch(f"{path} is not a regular file, so it cannot be the index; pass another --db")
+    if _signed(f"{path}.lock"):
+        return
     # The record before the journals: an index of an older version has an unsigned .lock, and a
     # -wal beside it whenever a process of that version has it open.
-    if _signed(f"{path}.lock") or (st.st_size > 0 and _holds_our_record(path)):
+    held = "" if st.st_size == 0 else _what_it_holds(path)
+    if held is None:
         return
-    foreign = _pending_beside(path) or (None if st.st_size == 0 else _foreign_content(path))
+    foreign = _pending_beside(path) or held or None
     if foreign is not None:
         raise IndexMismatch(
             f"{path} is not an index of ccweb-index ({foreign}), and is left as it is; pass another --db, "
@@ -302,40 +305,21 @@ def _pending_beside(path: Path) -> str | None:
     return None
 
 
-def _immutable(path: Path) -> sqlite3.Connection:
-    # No lock taken, no -shm or -wal made beside another program's database; any path byte, quoted.
-    return sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro&immutable=1", uri=True)
-
-
-def _is_sqlite(path: Path) -> bool:
+def _what_it_holds(path: Path) -> str | None:
+    """What the file at `path`, not known to be ours, holds: None when it is the record of our
+    migrations, "" when it is nothing at all (an SQLite database made empty), else why it is not
+    our index. Read `immutable`: no lock taken, nothing made beside another program's database."""
     try:
         with open(path, "rb") as f:
-            return f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+            if f.read(len(_SQLITE_MAGIC)) != _SQLITE_MAGIC:
+                return "not an SQLite database"
     except OSError as exc:
         raise IndexUnavailable(f"cannot read {path}: {exc.strerror or exc}") from None
-
-
-def _holds_our_record(path: Path) -> bool:
-    if not _is_sqlite(path):
-        return False
     try:
-        conn = _immutable(path)
+        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro&immutable=1", uri=True)  # any path byte, quoted
         try:
-            return _recorded_ours(conn)
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return False
-
-
-def _foreign_content(path: Path) -> str | None:
-    """Why the file at `path`, never opened by this program and without our record, is not its
-    index; None when it holds nothing at all (an SQLite file made empty)."""
-    if not _is_sqlite(path):
-        return "not an SQLite database"
-    try:
-        conn = _immutable(path)
-        try:
+            if _recorded_ours(conn):
+                return None
             names = [name for (name,) in conn.execute("SELECT name FROM sqlite_master ORDER BY name LIMIT 5")]
             (application,) = conn.execute("PRAGMA application_id").fetchone()
             (version,) = conn.execute("PRAGMA user_version").fetchone()
@@ -347,7 +331,7 @@ def _foreign_content(path: Path) -> str | None:
         return f"a database of something else, holding {', '.join(names)}"
     if application or version:
         return "a database of something else: it has an application id or a user version"
-    return None
+    return ""
 
 
 def _recorded_ours(conn: sqlite3.Connection) -> bool:
