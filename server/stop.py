@@ -132,11 +132,12 @@ class SilentAfterHangUp:
     """The stdio write stream, with no "Connection closed" errors once the client has closed stdin.
 
     Closing the server's stdin is how an MCP client ends a stdio session. The SDK then cancels each
-    request still open (any call in flight, most often a wait) and answers it with that error, for a
-    client that has stopped reading. The Python SDK 1.x client, whose session is closed by then, fails its own exit on the
-    line: its `stdio_client` raises BrokenResourceError in an ExceptionGroup. So a request still
-    open at the hang-up gets no answer at all; a script that pipes requests in and wants every
-    answer keeps stdin open until it has them. Nothing else is held back.
+    request still open (any call in flight, most often a wait) and answers it with that error, for
+    a client that has stopped reading. The Python SDK 1.x client, whose session is closed by then,
+    fails its own exit on the line: its `stdio_client` raises BrokenResourceError in an
+    ExceptionGroup. So a request still open at the hang-up gets no answer at all; a script that
+    pipes requests in and wants every answer keeps stdin open until it has them. Nothing else is
+    held back.
     """
 
     def __init__(self, stream: Any, hung_up: Callable[[], bool]) -> None:
@@ -144,7 +145,7 @@ class SilentAfterHangUp:
         self._hung_up = hung_up
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)  # `_written` looks at the SDK stream's statistics
+        return getattr(self._stream, name)  # whatever else the SDK asks of its stream
 
     async def send(self, message: SessionMessage) -> None:
         if self._hung_up() and _is_connection_closed(message.message):
