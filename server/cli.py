@@ -549,7 +549,7 @@ def _http_token(token_file: str | None, sessions_dir: str, *, unix_socket: bool)
     """The configured token; else, on TCP, the default one (created on first use). A unix socket
     admits only this uid, so it needs no token unless one is configured."""
     from ccweb_index.server.credentials import TokenFileError, default_token, default_token_path
-    from ccweb_index.server.http import TOKEN_ENV, checked_token, load_token
+    from ccweb_index.server.http import TOKEN_ENV, load_token
 
     token = load_token(token_file)
     if token is not None or unix_socket:
@@ -559,7 +559,6 @@ def _http_token(token_file: str | None, sessions_dir: str, *, unix_socket: bool)
         token, path, created = default_token()
     except TokenFileError as exc:
         raise click.ClickException(f"{exc}; or set {TOKEN_ENV} or pass --token-file") from None
-    checked_token(token, f"the token file {path}")  # a file the user may have edited by hand
     log.info(
         "no token configured: clients must send the token %s %s (`ccweb-index token` prints it; "
         "e.g. export %s=\"$(ccweb-index token)\" where the MCP clients start)",
@@ -576,12 +575,10 @@ def token() -> None:
     `Authorization: Bearer <token>`.
     """
     from ccweb_index.server.credentials import TokenFileError, default_token
-    from ccweb_index.server.http import StartupError, checked_token
 
     try:
-        value, path, _ = default_token()
-        checked_token(value, f"the token file {path}")  # what `serve` would refuse, this refuses too
-    except (TokenFileError, StartupError) as exc:
+        value, _, _ = default_token()
+    except TokenFileError as exc:
         raise click.ClickException(str(exc)) from None
     _say(value)
 

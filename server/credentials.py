@@ -44,6 +44,13 @@ def default_token() -> tuple[str, Path, bool]:
         raise TokenFileError(f"cannot read or create the token file {path}: {exc}") from None
     if not token:
         raise TokenFileError(f"the token file {path} is empty; delete it to have a new token made")
+    # A file the user may have edited by hand: the rule --token-file and CCWEB_INDEX_TOKEN follow.
+    from ccweb_index.server.http import StartupError, checked_token
+
+    try:
+        checked_token(token, f"the token file {path}")
+    except StartupError as exc:
+        raise TokenFileError(str(exc)) from None
     return token, path, created
 
 
