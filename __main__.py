@@ -1,6 +1,81 @@
-"""`python -m ccweb_index` is the `ccweb-index` command."""
+"""`ccweb-index` (the console script) and `python -m ccweb_index`: what runs before the command's
+modules are imported.
 
-from ccweb_index.server.cli import main
+Importing them (click, then each command's own: the MCP SDK, sqlite-utils, uvicorn) takes a few
+hundred milliseconds, and two things cannot wait that long:
+
+- **A stop signal.** Claude Code ends its servers with SIGINT and then SIGTERM, whenever the user
+  quits, even just after it launched them. Until a command takes the signals itself (`serve` and
+  `watch` do, first thing), Python's defaults answered: a KeyboardInterrupt traceback in the agent's
+  log, or death by SIGTERM (status 143). Here the process leaves at once, quietly: with 0 for the
+  commands a signal is the normal end of (nothing has been served or indexed yet), and otherwise
+  with 128 + the signal's number, as a shell reports a command it interrupted. A signal the caller
+  ignores (`nohup`) stays ignored.
+- **The open-files limit.** Its soft value is raised to the hard one, as Go's runtime does: a soft
+  limit of a dozen, where thousands were allowed, ended a stdio server in a traceback. Where even
+  the hard limit is too low, running out of descriptors ends the command in one line.
+
+What it imports here is the standard library's, through two modules that import nothing else.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import sys
+from typing import Any, NoReturn
+
+from ccweb_index.server.limits import raise_nofile
+from ccweb_index.server.stop import STOP_SIGNALS, leaves
+
+# The commands that run until a signal ends them.
+_ENDED_BY_SIGNAL = ("serve", "watch")
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+
+
+def main() -> None:
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum, handler in previous.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(signum, _leave_before_running)
+    raise_nofile()
+    try:
+        from ccweb_index.server.cli import main as command
+    except OSError as exc:
+        _leave_if_out_of_descriptors(exc)
+        raise
+    # The command's own handling from here (click's, or the command's handlers).
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+    try:
+        command()
+    except BaseException as exc:  # what is not a shortage of descriptors goes on up
+        _leave_if_out_of_descriptors(exc)
+        raise
+
+
+def _leave_before_running(signum: int, _frame: Any) -> NoReturn:
+    # Not sys.exit: it would be raised inside whatever import is under way, which may catch it.
+    os._exit(0 if sys.argv[1:2] and sys.argv[1] in _ENDED_BY_SIGNAL else 128 + signum)
+
+
+def _leave_if_out_of_descriptors(exc: BaseException) -> None:
+    """One line instead of a traceback when `exc` is, or holds, a shortage of descriptors: what
+    follows from one (a failing close in the event loop's teardown) comes with it."""
+    if not any(isinstance(leaf, OSError) and leaf.errno in _OUT_OF_DESCRIPTORS for leaf in leaves(exc)):
+        return
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    print(
+        f"ccweb-index: out of file descriptors (the open-files limit is {soft}): raise it, "
+        "e.g. `ulimit -n 1024` in the shell or LimitNOFILE= in systemd",
+        file=sys.stderr,
+    )
+    sys.stderr.flush()
+    os._exit(1)
+
 
 if __name__ == "__main__":
     main()

@@ -113,17 +113,18 @@ def client_gone(exc: BaseException) -> bool:
 
     import anyio
 
-    leaves = list(_leaves(exc))
+    found = list(leaves(exc))
     gone = (BrokenPipeError, ConnectionResetError)
     # Asked after the loop has ended, so the cancellation is asyncio's own (the loop `serve` runs).
     followers = (*gone, anyio.BrokenResourceError, anyio.ClosedResourceError, asyncio.CancelledError)
-    return any(isinstance(leaf, gone) for leaf in leaves) and all(isinstance(leaf, followers) for leaf in leaves)
+    return any(isinstance(leaf, gone) for leaf in found) and all(isinstance(leaf, followers) for leaf in found)
 
 
-def _leaves(exc: BaseException) -> Iterator[BaseException]:
+def leaves(exc: BaseException) -> Iterator[BaseException]:
+    """The exceptions in `exc`, and in the groups within it, that are not groups."""
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
-            yield from _leaves(inner)
+            yield from leaves(inner)
     else:
         yield exc
 

@@ -339,9 +339,40 @@ def test_sigterm_while_the_sdk_is_imported_exits_0(tmp_path: Path, corpus: Corpu
     stopped_as_it_begins(tmp_path, corpus, command, SLOW_IMPORT.format(module=module, marker=str(marker)), marker)
 
 
-def stopped_as_it_begins(tmp_path: Path, corpus: Corpus, command: list[str], hook: str, marker: Path) -> str:
-    """Run `ccweb-index COMMAND` with `hook` as its sitecustomize, SIGTERM it once `marker` exists:
-    it exits 0 within 2 s. Its stderr."""
+@pytest.mark.parametrize(
+    ("command", "signum", "status"),
+    [
+        (["serve"], signal.SIGINT, 0),
+        (["serve"], signal.SIGTERM, 0),
+        (["watch"], signal.SIGTERM, 0),
+        (["build"], signal.SIGINT, 128 + signal.SIGINT),
+    ],
+    ids=lambda value: value.name if isinstance(value, signal.Signals) else str(value),
+)
+def test_a_signal_before_the_commands_are_imported_leaves_quietly(
+    tmp_path: Path, corpus: Corpus, command: list[str], signum: signal.Signals, status: int
+) -> None:
+    """Claude Code quitting just after it launched the server: a signal while the commands' modules
+    were imported met Python's default, a KeyboardInterrupt traceback or status 143. The commands a
+    signal ends leave with 0; the others with what a shell shows for it."""
+    marker = tmp_path / "import-began"
+    hook = SLOW_IMPORT.format(module="ccweb_index.server.cli", marker=str(marker))
+    err = stopped_as_it_begins(tmp_path, corpus, command, hook, marker, signum=signum, status=status)
+    assert err == ""
+
+
+def stopped_as_it_begins(
+    tmp_path: Path,
+    corpus: Corpus,
+    command: list[str],
+    hook: str,
+    marker: Path,
+    *,
+    signum: signal.Signals = signal.SIGTERM,
+    status: int = 0,
+) -> str:
+    """Run `ccweb-index COMMAND` with `hook` as its sitecustomize, send it `signum` once `marker`
+    exists: it exits with `status` within 2 s. Its stderr."""
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(hook)
@@ -350,8 +381,8 @@ def stopped_as_it_begins(tmp_path: Path, corpus: Corpus, command: list[str], hoo
                             env=clean_env(PYTHONPATH=str(hooks), CCWEB_INDEX_TOKEN="t" * 32))  # fmt: skip
     try:
         assert wait_until(marker.exists, 30), f"{marker.name}: it never began"
-        os.kill(proc.pid, signal.SIGTERM)
-        assert proc.wait(timeout=2.0) == 0
+        os.kill(proc.pid, signum)
+        assert proc.wait(timeout=2.0) == status
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -12,7 +12,7 @@ ignored) and mask. Only then does `Popen` return; what exec would refuse (a miss
 raised by `Popen` as exec's error. Then the interpreter's own state: `sys.argv`, standard streams
 shaped as at a start (buffered or not), bytecode writing, PYTHONPATH; it imports `ccweb_index` itself fresh, so that settings read from the
 environment at import (indexer/tuning.py) are the request's, and runs exactly the console script's
-code (`ccweb_index.server.cli:main`). What stays the zygote's: the hash seed, `__main__`, the
+code (`ccweb_index.__main__:main`). What stays the zygote's: the hash seed, `__main__`, the
 command line /proc shows (tests find their server with `conftest.server_pid`), and `sys.flags` (the
 settings the fork applies take effect; the flags still read as the zygote's).
 
@@ -802,7 +802,7 @@ def main() -> None:
     if request.get("script") is not None:
         _run_script(request["script"])
         return
-    from ccweb_index.server.cli import main as cli_main
+    from ccweb_index.__main__ import main as cli_main
 
     sys.argv[0] = sys.argv[0].removesuffix(".exe")
     sys.exit(cli_main())

@@ -1,0 +1,52 @@
+"""What `ccweb-index` does before a command's modules are imported (ccweb_index.__main__): the open-files
+limit. Its signals are in tests/test_stdio_sigterm.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import zygote
+
+from conftest import CCWEB_INDEX, Corpus, server_pid, session, stdio_client_for
+from faults import clean_env
+
+
+def test_the_entry_imports_only_the_standard_library() -> None:
+    """Whatever it imports is imported before it can take a signal: nothing slow to import."""
+    code = "import sys, json; before = set(sys.modules); import ccweb_index.__main__; print(json.dumps(sorted(set(sys.modules) - before)))"
+    modules = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout)
+    ours = {name for name in modules if name.split(".")[0] == "ccweb_index"}
+    others = {name for name in modules if name.split(".")[0] not in sys.stdlib_module_names} - ours
+    assert ours == {"ccweb_index", "ccweb_index.__main__", "ccweb_index.server", "ccweb_index.server.limits",
+                    "ccweb_index.server.stop"}  # fmt: skip
+    assert not others, others
+
+
+def test_a_low_soft_limit_is_raised_to_the_hard_one(corpus: Corpus, db_path: Path) -> None:
+    """A stdio server under a soft limit of 10, with thousands allowed, used to end in a traceback
+    (found by an independent test)."""
+    corpus.write("w1", session("hello"))
+    prefix = zygote.rlimit_prefix(RLIMIT_NOFILE=(10, 4096))
+    with stdio_client_for(corpus.path, db_path, source="w1", prefix=prefix) as client:
+        payload, is_error = client.call("ccweb_list_user_inputs")
+        assert not is_error and [item["content"] for item in payload["inputs"]] == ["hello"]
+        limits = Path(f"/proc/{server_pid(db_path)}/limits").read_text()
+        assert re.search(r"Max open files\s+4096\s+4096", limits), limits
+
+
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")
+def test_too_few_descriptors_end_the_command_in_one_line(tmp_path: Path, corpus: Corpus) -> None:
+    """Where the hard limit itself is too low, a stdio server ended in a traceback of its event loop."""
+    corpus.write("w1", session("hello"))
+    command = ["prlimit", "--nofile=8:8", CCWEB_INDEX, "serve", "--sessions-dir", str(corpus.path),
+               "--db", str(tmp_path / "i.sqlite")]  # fmt: skip
+    done = subprocess.run(command, input=b"", capture_output=True, env=clean_env(), timeout=60)
+    err = done.stderr.decode()
+    assert done.returncode == 1 and "Traceback" not in err, err
+    assert err.splitlines()[-1].startswith("ccweb-index: out of file descriptors (the open-files limit is 8)"), err
