@@ -21,7 +21,6 @@ import hashlib
 import logging
 import os
 import sqlite3
-import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +30,15 @@ import platformdirs
 
 from ccweb_index.indexer import stored as _stored
 from ccweb_index.indexer.errors import IndexBroken, IndexMismatch, IndexUnavailable, translate
-from ccweb_index.indexer.private import make_private_dir, open_private, prepare_database, refuse_inside_sessions
+from ccweb_index.indexer.private import (
+    make_private_dir,
+    not_for_the_index,
+    not_own_file,
+    open_private,
+    prepare_database,
+    refuse_inside_sessions,
+    refuse_others_files,
+)
 from ccweb_index.indexer.stored import STORED_CHARS_KEY
 from ccweb_index.indexer.tuning import BUSY_TIMEOUT_ENV, milliseconds_from_env
 
@@ -78,10 +85,12 @@ def default_db_path(sessions_dir: str | os.PathLike[str]) -> Path:
 
 
 def resolve_db_path(sessions_dir: str | os.PathLike[str], db: str | os.PathLike[str] | None) -> Path:
-    """The index path; raises IndexInsideSessions if it is inside the (read-only) sessions directory."""
+    """The index path; raises IndexInsideSessions if it is inside the (read-only) sessions directory.
+    A symlink there is resolved: SQLite keeps the -wal and -shm beside the file the link leads to,
+    and so the `.lock`, every check of those files, and their sizes in `status` go there too."""
     path = Path(db) if db else default_db_path(sessions_dir)
     refuse_inside_sessions(path, sessions_dir)
-    return path
+    return Path(os.path.realpath(path)) if os.path.islink(path) else path
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -113,10 +122,13 @@ class _Outdated(Exception):
 @contextlib.contextmanager
 def _open_lock(path: Path) -> Iterator[None]:
     # Serialises schema creation and recovery between processes opening the same index at once.
+    name = f"{path}.lock"
     try:
-        lock = open(open_private(f"{path}.lock"), "r+b")
+        lock = open(open_private(name, lock=True), "r+b")
     except OSError as exc:
-        raise IndexUnavailable(f"cannot create {path}.lock: {exc.strerror or exc}") from None
+        if exc.errno == errno.ELOOP:
+            raise not_for_the_index(name, "is a symbolic link") from None
+        raise IndexUnavailable(f"cannot create {name}: {exc.strerror or exc}") from None
     with lock:
         deadline = time.monotonic() + OPEN_LOCK_TIMEOUT_SECONDS
         while True:
@@ -151,10 +163,12 @@ def _sign(lock: BinaryIO) -> None:
 
 def _signed(lock_path: str) -> bool:
     try:
-        with open(lock_path, "rb") as f:
-            return f.read(len(LOCK_SIGNATURE) + 1) == LOCK_SIGNATURE
+        fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
+    with open(fd, "rb") as f:
+        # Anyone can write the signature: only the user's own .lock is believed.
+        return not_own_file(os.fstat(fd), lock=True) is None and f.read(len(LOCK_SIGNATURE) + 1) == LOCK_SIGNATURE
 
 
 def _file_id(path: str) -> tuple[int, int] | None:
@@ -272,15 +286,8 @@ def _refuse_what_is_not_ours(path: Path) -> None:
     database holding the record of our migrations; else, with no journal pending beside it, an
     empty file or an SQLite database holding nothing at all. What cannot be told is refused:
     refusing costs the user a command, a wrong guess their file."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise IndexUnavailable(f"cannot look at {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise IndexMismatch(f"{path} is not a regular file, so it cannot be the index; pass another --db")
-    if _signed(f"{path}.lock"):
+    st = refuse_others_files(path)
+    if st is None or _signed(f"{path}.lock"):
         return
     # The record before the journals: an index of an older version has an unsigned .lock, and a
     # -wal beside it whenever a process of that version has it open.

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from ccweb_index.indexer.errors import IndexInsideSessions
+from ccweb_index.indexer.errors import IndexInsideSessions, IndexMismatch, IndexUnavailable
 
 log = logging.getLogger("ccweb_index")
 
@@ -64,16 +64,73 @@ def make_private_dir(directory: Path, *, ours: bool) -> None:
     _warn_dir(directory, st)
 
 
-def open_private(path: str) -> int:
-    """Open `path` for reading and writing, creating it 0600; an existing one is tightened first."""
+def open_private(path: str, *, lock: bool = False) -> int:
+    """Open `path` for reading and writing, creating it 0600; an existing one is tightened first.
+    `lock`: the `.lock`, which is never followed through a symlink, and must be the user's own
+    file with no other name (`refuse_unless_own`), whatever was checked before."""
     with private_umask():
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | (os.O_NOFOLLOW if lock else 0), PRIVATE_FILE_MODE)
     try:
+        if lock:
+            refuse_unless_own(path, os.fstat(fd), lock=True)
         _tighten_fd(fd, path)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def index_files(path: Path) -> list[str]:
+    """The names of the index's files: the database and its journals where SQLite keeps them,
+    beside the file the path leads to (it follows a symlink), and the `.lock` beside the path."""
+    real = os.path.realpath(path)
+    return [real, *(f"{real}{suffix}" for suffix in ("-wal", "-shm", "-journal")), f"{path}.lock"]
+
+
+def refuse_others_files(path: Path) -> os.stat_result | None:
+    """The database's status (None: there is none yet). Raises IndexMismatch when a file the index
+    at `path` would use exists and is not this user's
+    own regular file, or is the `.lock` and has another name too. The index holds the user's words,
+    so it goes only into files only they decide about: in a directory others can write (a shared
+    /tmp, a group's project directory), another user could otherwise pre-create one of these names,
+    as a file of theirs to read the words from or to forge them in, or as a symlink or a hard link
+    to a file of the user's, which opening the index would truncate and chmod (found by an
+    independent test: a session file, through the `.lock`)."""
+    found = {}
+    for name in index_files(path):
+        try:
+            found[name] = st = os.lstat(name)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise IndexUnavailable(f"cannot look at {name}: {exc.strerror or exc}") from None
+        refuse_unless_own(name, st, lock=name.endswith(".lock"))
+    return found.get(os.path.realpath(path))
+
+
+def refuse_unless_own(name: str, st: os.stat_result, *, lock: bool = False) -> None:
+    """Raise IndexMismatch when the file `name`, with this status, cannot be one of the index's files."""
+    problem = not_own_file(st, lock=lock)
+    if problem is not None:
+        raise not_for_the_index(name, problem)
+
+
+def not_for_the_index(name: str, problem: str) -> IndexMismatch:
+    return IndexMismatch(f"{name} {problem}, so the index will not use it and leaves it as it is; "
+                         "pass a --db in a directory of your own")  # fmt: skip
+
+
+def not_own_file(st: os.stat_result, *, lock: bool = False) -> str | None:
+    """Why a file with this status cannot be one of the index's files (None: it can)."""
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if not _owned(st):
+        return f"belongs to another user (uid {st.st_uid})"
+    if lock and st.st_nlink > 1:
+        return "has other names (hard links)"
+    return None
 
 
 def prepare_database(path: Path) -> None:
@@ -83,8 +140,9 @@ def prepare_database(path: Path) -> None:
     read-only database leaves them read-only, and once the database is writable again a read-only
     `-shm` made every write fail ("attempt to write a readonly database") for good."""
     os.close(open_private(str(path)))
+    real = os.path.realpath(path)
     for suffix in ("-wal", "-shm"):
-        tighten(f"{path}{suffix}", writable=True)
+        tighten(f"{real}{suffix}", writable=True)
 
 
 def tighten(path: str, *, writable: bool = False) -> None:
@@ -146,7 +204,9 @@ def _octal(mode: int) -> str:
 def modes(path: Path) -> list[tuple[str, str, str | None]]:
     """The index directory and files that exist: each with its mode, and what to do if others can use it."""
     found = []
-    for name in (str(path.parent), *(f"{path}{suffix}" for suffix in INDEX_SUFFIXES)):
+    real_parent = os.path.dirname(os.path.realpath(path))
+    parents = [str(path.parent)] + ([real_parent] if real_parent != os.path.realpath(path.parent) else [])
+    for name in (*parents, *[name for name in index_files(path) if not name.endswith("-journal")]):
         try:
             st = os.stat(name)
         except OSError:

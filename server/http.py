@@ -605,14 +605,22 @@ def _clear_stale_socket(path: str) -> None:
     import stat
 
     try:
-        mode = os.lstat(path).st_mode
+        st = os.lstat(path)
     except FileNotFoundError:
         return
     except OSError as exc:
         raise StartupError(f"cannot use {path} for the unix socket: {exc.strerror or exc}") from None
-    if not stat.S_ISSOCK(mode):
+    if not stat.S_ISSOCK(st.st_mode):
         raise StartupError(f"{path} exists and is not a socket; choose another --unix-socket path")
-    if not _unlink_if_stale(path):
+    # Another user's socket is theirs, live or not: a connect it refuses (EACCES) is no sign that
+    # nobody listens, and in a sticky directory such as /tmp it could not be removed anyway.
+    if st.st_uid != os.geteuid():
+        raise StartupError(f"{path} is a socket of another user (uid {st.st_uid}); choose another --unix-socket path")
+    try:
+        gone = _unlink_if_stale(path)
+    except OSError as exc:
+        raise StartupError(f"cannot remove the stale socket {path}: {exc.strerror or exc}") from None
+    if not gone:
         raise StartupError(f"another server is listening on {path}")
 
 

@@ -236,3 +236,19 @@ def test_unix_socket_path_checks(tmp_path: Path, corpus: Corpus, db_path: Path) 
         listener.close()
     result = serve("--unix-socket", str(tmp_path / "x.sock"), "--port", "9")
     assert result.returncode == 2 and "--unix-socket replaces --host and --port" in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to make a socket of another user")
+def test_a_socket_of_another_user_at_the_path_is_refused(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
+    """Theirs, live or not, in a sticky /tmp it cannot be removed: the start ended in a traceback
+    (PermissionError), and a socket whose connect was refused (EACCES) was taken for a stale one."""
+    theirs = tmp_path / "theirs.sock"
+    left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    left.bind(str(theirs))
+    left.close()
+    os.chown(theirs, 65534, 65534)
+    result = subprocess.run([CCWEB_INDEX, "serve", "--transport", "http", "--unix-socket", str(theirs), "--sessions-dir",
+                             str(corpus.path), "--db", str(db_path)], capture_output=True, text=True, env=_clean_env(),
+                            timeout=60)  # fmt: skip
+    assert result.returncode == 1 and "is a socket of another user (uid 65534)" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and theirs.stat().st_uid == 65534

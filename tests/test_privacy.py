@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ccweb_index.indexer.db import open_handle, open_index
+from ccweb_index.indexer.db import LOCK_SIGNATURE, open_handle, open_index
 from ccweb_index.indexer.private import INDEX_SUFFIXES
 from ccweb_index.server.cli import main
 from ccweb_index.server.service import Service
@@ -356,3 +356,98 @@ def test_an_index_inside_a_bind_mount_of_the_sessions_directory_is_refused(corpu
         assert not (corpus.path / "x.sqlite").exists()
     finally:
         subprocess.run(["umount", str(view)], check=True)
+
+
+# --- files another user put where the index goes (found by an independent test, as real users) -----
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to make files of another user")
+OTHER_UID = 65534
+
+
+def kept(paths: list[Path]) -> dict[Path, tuple[bytes, int, int]]:
+    """What each file holds, its mode and its owner: what opening an index beside them must not change."""
+    return {path: (path.read_bytes(), mode(path), path.stat().st_uid) for path in paths}
+
+
+def test_a_lock_that_leads_to_a_file_of_the_users_is_refused(corpus: Corpus, tmp_path: Path) -> None:
+    """Another user who can write the index's directory named the `.lock` as a symlink to one of the
+    user's files: opening the index truncated it, wrote the lock's signature into it and made it
+    0600, a session file included (a conversation lost). A hard link to a file outside the sessions
+    directory did the same."""
+    corpus.write("a", session("my words"))
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    thesis = tmp_path / "thesis.txt"
+    thesis.write_text("chapter one\n")
+    thesis.chmod(0o644)
+    linked = shared / "linked.sqlite"
+    os.link(thesis, f"{linked}.lock")
+    symlinked = shared / "symlinked.sqlite"
+    Path(f"{symlinked}.lock").symlink_to(corpus.file("a"))
+    before, sessions = kept([thesis, corpus.file("a")]), snapshot(corpus.path)
+    for db, reason in ((symlinked, "is a symbolic link"), (linked, "has other names (hard links)")):
+        result = cli("build", "--sessions-dir", str(corpus.path), "--db", str(db))
+        message = " ".join(result.output.split())
+        assert result.exit_code == 1 and f"{db}.lock {reason}" in message, result.output
+        assert not db.exists()
+    assert kept([thesis, corpus.file("a")]) == before and snapshot(corpus.path) == sessions
+
+
+@as_root
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm", "-journal", ".lock"])
+def test_an_index_file_of_another_user_is_refused(corpus: Corpus, tmp_path: Path, suffix: str) -> None:
+    """Pre-created by another user where the index goes, it was only warned about: the user's words
+    went into a file its owner can read, and can rewrite, to forge what the user asked for."""
+    corpus.write("a", session("my words"))
+    db = tmp_path / "shared" / "x.sqlite"
+    db.parent.mkdir()
+    planted = Path(f"{db}{suffix}")
+    planted.write_bytes(LOCK_SIGNATURE if suffix == ".lock" else b"")
+    planted.chmod(0o666)
+    os.chown(planted, OTHER_UID, OTHER_UID)
+    before = kept([planted])
+    result = cli("build", "--sessions-dir", str(corpus.path), "--db", str(db))
+    message = " ".join(result.output.split())
+    assert result.exit_code == 1 and f"belongs to another user (uid {OTHER_UID})" in message, result.output
+    assert kept([planted]) == before
+    assert b"my words" not in b"".join(path.read_bytes() for path in db.parent.iterdir() if path.is_file())
+
+
+@as_root
+def test_a_signed_lock_of_another_user_makes_no_database_ours(corpus: Corpus, tmp_path: Path) -> None:
+    """The index path a symlink to another program's database, and beside the link a `.lock` with
+    our signature, made by another user: the database was taken for an index, chmodded and written."""
+    app = tmp_path / "app.sqlite"
+    with sqlite3.connect(app) as conn:
+        conn.execute("CREATE TABLE bookmarks (url)")
+    conn.close()
+    app.chmod(0o644)
+    db = tmp_path / "shared" / "x.sqlite"
+    db.parent.mkdir()
+    db.symlink_to(app)
+    lock = Path(f"{db}.lock")
+    lock.write_bytes(LOCK_SIGNATURE)
+    os.chown(lock, OTHER_UID, OTHER_UID)
+    before = kept([app, lock])
+    result = cli("build", "--sessions-dir", str(corpus.path), "--db", str(db))
+    assert result.exit_code == 1 and "holding bookmarks" in " ".join(result.output.split()), result.output
+    assert kept([app, lock]) == before
+
+
+def test_a_symlinked_index_keeps_its_lock_and_its_checks_beside_its_file(corpus: Corpus, tmp_path: Path) -> None:
+    """SQLite keeps the -wal and -shm beside the file a symlink leads to, but their modes were
+    tightened, and `status` measured and listed them, beside the link: a -wal another user made
+    there went unseen, and `status` said 0.0 MB of WAL (found by an independent test)."""
+    corpus.write("a", session("my words"))
+    (tmp_path / "real").mkdir()
+    (tmp_path / "links").mkdir()
+    target, link = tmp_path / "real" / "x.sqlite", tmp_path / "links" / "x.sqlite"
+    link.symlink_to(target)
+    assert cli("build", "--sessions-dir", str(corpus.path), "--db", str(link)).exit_code == 0
+    assert Path(f"{target}.lock").exists() and not Path(f"{link}.lock").exists()
+    Path(f"{target}-wal").write_bytes(b"")
+    Path(f"{target}-wal").chmod(0o644)
+    result = cli("status", "--sessions-dir", str(corpus.path), "--db", str(link))
+    assert result.exit_code == 0, result.output
+    assert f"index: {target} " in result.output, result.output
+    assert f"mode 0600 {target}-wal (private)" in result.output, result.output  # tightened, then listed
