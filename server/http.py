@@ -37,6 +37,7 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -260,27 +261,39 @@ class _Guard:
         """None when the request carries the token; else (RFC 6750 error code or "", what is wrong)."""
         values = [v for k, v in scope["headers"] if k == b"authorization"]
         if not values:
-            return "", "No bearer token was sent"
+            return "", "No bearer token sent"
         if len(values) > 1:
-            return "invalid_request", "More than one Authorization header was sent"
+            return "invalid_request", "More than one Authorization header"
         scheme, _, credentials = values[0].partition(b" ")
         if scheme.lower() != b"bearer":
-            return "invalid_request", "The Authorization header is not a bearer token"
+            return "invalid_request", "Not a bearer token"
         assert self._token is not None
-        if not hmac.compare_digest(credentials.strip(), self._token):
-            return "invalid_token", "The bearer token sent is not this server's token"
-        return None
+        if hmac.compare_digest(credentials.strip(), self._token):
+            return None
+        unexpanded = _UNEXPANDED.fullmatch(credentials.strip())
+        if unexpanded:  # Claude Code sends `${VAR}` as written when VAR is not set in its environment
+            return "invalid_token", f"Bearer token ${{{unexpanded[1].decode()}}} sent unexpanded: the client has no such variable"
+        return "invalid_token", "Wrong bearer token"
+
+
+# A client's placeholder for an environment variable, sent as it was written.
+_UNEXPANDED = re.compile(rb"\$\{([A-Za-z_][A-Za-z0-9_]{0,63})\}")
 
 
 async def _send_unauthorized(send: Any, error: str, what: str) -> None:
-    """A 401 a person can act on: what is wrong, and where the token is configured on both sides."""
+    """A 401 a person can act on: what is wrong, and where the token is configured on both sides.
+    Where to find the token comes first: Claude Code shows only the beginning of the message, about
+    as much as a line. Codex shows only the `WWW-Authenticate` header, so its `error_description`
+    says it too (RFC 6750: quoted, printable ASCII)."""
     message = (
-        f"{what}. This ccweb-index server requires `Authorization: Bearer <token>` with the token it was "
-        f"started with ({TOKEN_ENV} or --token-file on the server; if neither, the one `ccweb-index token` "
-        "prints); configure the same token in your MCP client's headers for this server."
+        f"{what}. The token is what `ccweb-index token` prints (or the server's {TOKEN_ENV} or "
+        "--token-file); send it as `Authorization: Bearer <token>` in this MCP client's headers."
     )
     body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": UNAUTHORIZED_CODE, "message": message}}).encode()
-    challenge = f'Bearer realm="{REALM}"' + (f', error="{error}"' if error else "")
+    challenge = f'Bearer realm="{REALM}"'
+    if error:
+        hint = re.sub(r'[^\x20-\x7e]|["\\]', "", f"{what}; the token is what ccweb-index token prints")
+        challenge += f', error="{error}", error_description="{hint}"'
     await send({"type": "http.response.start", "status": 401, "headers": [
         (b"www-authenticate", challenge.encode()), (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()), (b"cache-control", b"no-store"),

@@ -247,10 +247,18 @@ def test_token_right_wrong_missing(shared: tuple[HttpServer, Corpus, Path]) -> N
         assert response.headers["www-authenticate"].startswith('Bearer realm="ccweb-index"'), headers
         message = response.json()["error"]["message"]
         assert "CCWEB_INDEX_TOKEN" in message and "--token-file" in message, message
+        # Claude Code 2.1 shows its user the body's first 200 characters, about 130 of the message.
+        assert message.index("`ccweb-index token`") < 60, message
         assert TOKEN[:-1] not in response.text and "wrong" not in response.text, "the 401 echoes what was sent"
         assert "mcp-session-id" not in response.headers
-    assert "No bearer token was sent" in raw_post(server, {}).json()["error"]["message"]
-    assert "error=\"invalid_token\"" in raw_post(server, {"Authorization": "Bearer wrong"}).headers["www-authenticate"]
+    assert raw_post(server, {}).json()["error"]["message"].startswith("No bearer token sent.")
+    # Codex 0.171 shows its user only this header: it says where the token is too.
+    challenge = raw_post(server, {"Authorization": "Bearer wrong"}).headers["www-authenticate"]
+    assert challenge == ('Bearer realm="ccweb-index", error="invalid_token", '
+                         'error_description="Wrong bearer token; the token is what ccweb-index token prints"')  # fmt: skip
+    # Claude Code sends a `${VAR}` of its config as written when VAR is not set where it runs.
+    unexpanded = raw_post(server, {"Authorization": "Bearer ${CCWEB_INDEX_TOKEN}"}).json()["error"]["message"]
+    assert unexpanded.startswith("Bearer token ${CCWEB_INDEX_TOKEN} sent unexpanded: the client has no such variable"), unexpanded
     # No OAuth to discover: a 404, with or without a token, so no client starts a flow that cannot end.
     for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp",
                  "/.well-known/oauth-authorization-server", "/.well-known/openid-configuration"):  # fmt: skip
