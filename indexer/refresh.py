@@ -328,7 +328,7 @@ class Indexer:
         torn = TornWrites(self.sessions_dir, self.max_session_bytes)
         for session_id, loaded in loads:
             known = stored.get(session_id)
-            if loaded is not None and torn.worth_waiting_for(loaded, known is not None and known.good):
+            if loaded is not None and torn.worth_waiting_for(loaded, known is None or known.good):
                 if session_id in latest:  # the version before this write stands, and is the latest
                     loaded = replace(loaded, writing=True)
                 else:

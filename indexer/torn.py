@@ -4,8 +4,9 @@ cc-web (Node's `fs.writeFile`) rewrites a session in place: it truncates the fil
 A read between the two, or half-way through the write, sees bytes that do not parse. Such a file
 keeps its last good version in the index, but that version may be far older than the write that
 completed just before (the file may have been rewritten many times since this process last read
-it). So a file that had a good version, changed recently (its signature is racy) and now does not
-parse is read again, a few times, for at most TORN_WRITE_RETRY_SECONDS, in the hope that the write
+it), or the index may never have read it at all (created complete, then caught in its next write
+before any look). So a file that had a good version, or that the index has not seen yet, changed
+recently (its signature is racy) and now does not parse is read again, a few times, for at most TORN_WRITE_RETRY_SECONDS, in the hope that the write
 in flight completes. The budget is per pass over the files (one call, one watcher batch), not per
 file, so many broken files cost one bound, not one each. When it runs out, the last good version
 stands in, and the unreadable-file log line says so (docs/reliability.md, "Torn writes").
@@ -43,11 +44,12 @@ class TornWrites:
         self._sleep = sleep
         self._deadline: float | None = None  # set by the first file that needs it
 
-    def worth_waiting_for(self, loaded: Loaded, had_good_version: bool) -> bool:
-        """A file that was complete before, changed recently, and does not parse now (a file over
-        the size limit is not being torn: its writer finishing would not make it fit)."""
+    def worth_waiting_for(self, loaded: Loaded, may_have_been_complete: bool) -> bool:
+        """A file that may have been complete before (it had a good version, or the index has not
+        seen it yet: not one known never to parse), changed recently, and does not parse now (a
+        file over the size limit is not being torn: its writer finishing would not make it fit)."""
         return (
-            had_good_version
+            may_have_been_complete
             and loaded.error is not None
             and not loaded.transient
             and loaded.sig.size <= self.max_bytes

@@ -118,8 +118,9 @@ class _DirtySet:
         self.applying = threading.Lock()  # held by whoever is applying a batch (apply_dirty)
         # When the oldest change not yet applied was seen: the watcher's lag is the age of this.
         self.oldest_pending_at: float | None = None
-        # Wall clock (ns) when the watch began, and when a write of each file was last seen complete
-        # (its close after writing, or a rename onto it); None: the watcher does not see those.
+        # Wall clock (ns) when the watch began, and when a change of each file was last seen complete
+        # (its close after writing, a rename onto it, its deletion or a rename away); None: the
+        # watcher does not see those.
         self.watching_since: int | None = None
         self._completed: dict[str, int] = {}
         # When each file's latest change was seen, kept after it is applied (`seen_for`), and when
@@ -447,7 +448,10 @@ class InotifyWatcher:
         if event.name:
             session_id = session_id_from_name(os.fsdecode(event.name))
             if session_id is not None:
-                self.dirty.add(session_id, completed=event.is_close_write or event.is_moved_to)
+                # A delete, or a rename away, completes a change as a write's close does: the
+                # version the index holds is no longer the latest complete one.
+                completed = event.is_close_write or event.is_moved_to or event.is_delete or event.is_moved_from
+                self.dirty.add(session_id, completed=completed)
 
 
 class _Callbacks:

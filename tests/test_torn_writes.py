@@ -113,11 +113,14 @@ def test_the_bound_is_per_pass_not_per_file(corpus: Corpus, db_path: Path, fake_
 
 
 def test_a_file_that_never_parsed_is_not_waited_for(corpus: Corpus, db_path: Path, fake_time: FakeTime) -> None:
-    """A hostile file has no good version to protect: no retries, no delay."""
+    """A hostile file has no good version to protect: once the index knows it never parsed, no
+    retries, no delay. (The first look, which had not seen it, waited: it might have been a complete
+    file caught in its next write.)"""
     corpus.write("bad", TORN)
     svc = Service(corpus.path, db_path)
     svc.start()
     try:
+        fake_time.pauses = 0
         corpus.write("bad", TORN + b"x")
         result = svc.call("ccweb_list_user_inputs", {"conversationId": "bad"}, None)
         assert result.payload["error"]["code"] == "conversation_unreadable"
@@ -175,3 +178,58 @@ def test_ends_read_while_the_file_changes_decide_nothing(tmp_path: Path, monkeyp
 
     monkeypatch.setattr(os, "pread", rewritten_after_the_head)
     assert files.read_session_ends(str(path), 10**9, 4096) is None
+
+
+def _rows(svc: Service) -> dict[str, str | None]:
+    result = svc.call("ccweb_list_conversations", {}, None)
+    assert not result.is_error, result.payload
+    return {row["conversationId"]: row["title"] for row in result.payload["conversations"]}
+
+
+def test_a_file_created_whole_then_caught_mid_write_is_waited_for(
+    svc: Service, corpus: Corpus, fake_time: FakeTime
+) -> None:
+    """Created complete, then rewritten in place before any look read it: the index had no version of
+    it, and so no wait, and the conversation, whose creation had completed, was left out (found by an
+    independent test, without a watcher)."""
+    corpus.write("new", session("hello", title="created"))
+    version_2 = json.dumps(session("hello", title="rewritten")).encode()
+    corpus.write("new", version_2[: len(version_2) // 2])  # truncated, then half written
+
+    def writer_finishes(pauses: int) -> None:
+        if pauses == 2:
+            corpus.write("new", version_2)
+
+    fake_time.on_sleep = writer_finishes
+    assert _rows(svc) == {"new": "rewritten", "w1": "t"}
+    assert fake_time.pauses == 2
+
+
+def test_a_file_deleted_then_caught_being_created_again_is_waited_for(
+    corpus: Corpus, db_path: Path, fake_time: FakeTime
+) -> None:
+    """With a watcher: the row was read after the last write the watcher saw complete, so a torn read
+    was taken for a write in flight after the latest complete version, and not waited for. But the
+    file had been deleted since, a change as complete as a write: the answer showed the version from
+    before the delete (found by an independent test)."""
+    corpus.write("w1", session("version 1", title="before the delete"))
+    svc = Service(corpus.path, db_path, watch=True)
+    svc.start()
+    try:
+        assert _rows(svc) == {"w1": "before the delete"}
+        version_2 = json.dumps(session("version 2", title="created again")).encode()
+        corpus.file("w1").unlink()
+        writer = open(corpus.file("w1"), "wb")  # created again, half written, still open
+        writer.write(version_2[: len(version_2) // 2])
+        writer.flush()
+
+        def writer_finishes(pauses: int) -> None:
+            if pauses == 2:
+                writer.write(version_2[len(version_2) // 2 :])
+                writer.close()
+
+        fake_time.on_sleep = writer_finishes
+        assert _rows(svc) == {"w1": "created again"}
+    finally:
+        writer.close()
+        svc.close()
