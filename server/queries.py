@@ -157,11 +157,6 @@ def good_rows(conn: sqlite3.Connection, session_ids: list[str]) -> list[SessionR
     return out
 
 
-def tree_depths(conn: sqlite3.Connection, source: str) -> dict[str, int]:
-    """Every session below `source` (tree_links), with its depth."""
-    return dict(conn.execute("SELECT descendant, depth FROM tree_links WHERE ancestor = ?", (source,)).fetchall())
-
-
 def session_state(conn: sqlite3.Connection, session_id: str) -> tuple[bool, str | None] | None:
     """(has a good version, current error) of one session, or None if not indexed."""
     row = conn.execute("SELECT good, error FROM sessions WHERE id = ?", (session_id,)).fetchone()
@@ -256,56 +251,115 @@ def changes_after(conn: sqlite3.Connection, after: int, upto: int) -> list[Chang
 
 def selected_changes(conn: sqlite3.Connection, changes: list[Change], request: ConversationsRequest) -> list[Changed]:
     """The changes that concern a selection: each selected session once, most recent change first,
-    deleted if its last change deleted it. The one place a wait decides what it watches.
+    deleted if its file is gone (its last change deleted it, whatever the selection: one deleted and
+    created again elsewhere is not). The one place a wait decides what it watches.
 
     A change concerns a selection when the session matched it before or after (one that enters or
     leaves a filter, the tree, or, deleted, the list is reported), its id among conversationIds if
-    those are given."""
-    tree = _watched_tree(conn, changes, request) if request.scope == "descendants" else {}
-    latest: dict[str, Change] = {}
+    those are given. In scope "descendants", membership is the tree's at the moment of the change
+    (`_TreeReplay`), and a session that joins or leaves the tree carries its subtree with it: those
+    of its members that match the filters are reported too."""
+    replay = _TreeReplay(conn, changes, request.source) if request.scope == "descendants" else None
+    latest: dict[str, None] = {}  # in the order of their last concerning change
     for change in changes:
-        if request.ids is not None and change.session_id not in request.ids:
-            continue
-        if any(facts is not None and _selects(facts, request, tree) for facts in (change.before, change.after)):
-            latest.pop(change.session_id, None)
-            latest[change.session_id] = change
-    return [Changed(change.session_id, change.after is None) for change in reversed(latest.values())]
+        concerned = _concerned(change, request) if replay is None else replay.concerned(change, request)
+        for session_id in concerned:
+            if request.ids is None or session_id in request.ids:
+                latest.pop(session_id, None)
+                latest[session_id] = None
+    gone = {change.session_id: change.after is None for change in changes}  # the last change of each
+    return [Changed(session_id, gone.get(session_id, False)) for session_id in reversed(latest)]
 
 
-def _selects(facts: Facts, request: ConversationsRequest, tree: dict[str, int]) -> bool:
-    """Whether a session with these facts is in the selection's scope and filters (`tree`: the source
-    and every session below it with its depth, for scope "descendants", whose list stops at
-    DESCENDANTS_MAX_DEPTH)."""
-    if not in_filters(facts, request):
-        return False
-    if request.scope == "all":
-        return True
-    assert request.source is not None
-    if request.scope == "children":
-        return is_child_of(facts, request.source)
-    return _parent_depth(facts, tree) < DESCENDANTS_MAX_DEPTH
+def _concerned(change: Change, request: ConversationsRequest) -> list[str]:
+    """Scopes "all" and "children": the change's session, if it matched before or after."""
+    for facts in (change.before, change.after):
+        if facts is not None and in_filters(facts, request):
+            if request.scope == "all" or (request.source is not None and is_child_of(facts, request.source)):
+                return [change.session_id]
+    return []
 
 
-def _parent_depth(facts: Facts, tree: dict[str, int]) -> int:
-    """The depth of the session's MCP parent in `tree`; past the bound when it has none there."""
-    if facts.created_from_kind != "mcp" or facts.created_from_source is None:
-        return DESCENDANTS_MAX_DEPTH
-    return tree.get(facts.created_from_source, DESCENDANTS_MAX_DEPTH)
+def _parent(facts: Facts | None) -> str | None:
+    """A session's MCP parent; None for one that is not listed or not a child."""
+    if facts is None or facts.created_from_kind != "mcp":
+        return None
+    return facts.created_from_source
 
 
-def _watched_tree(conn: sqlite3.Connection, changes: list[Change], request: ConversationsRequest) -> dict[str, int]:
-    """The source (depth 0) and every session below it now (tree_links), and every session a change
-    shows below one of those within the bound, before or after it: a deleted subtree has left
-    tree_links, but its tombstones still name their parents."""
-    assert request.source is not None
-    members = {**tree_depths(conn, request.source), request.source: 0}
-    while True:
-        joined: dict[str, int] = {}
+class _TreeReplay:
+    """Scope "descendants" through a window of changes: every session's facts as they were at each
+    change, to tell whether it was in the source's tree then. It starts from the window's beginning
+    (a changed session as its first change found it, any other as the index holds it now, which it
+    was throughout) and applies the changes in order. Membership as the tree is now (`tree_links`)
+    missed a change made in the tree by a session that a later change took out of it with an
+    ancestor (found by an independent test)."""
+
+    def __init__(self, conn: sqlite3.Connection, changes: list[Change], source: str | None) -> None:
+        assert source is not None
+        self._conn, self._source = conn, source
+        self._facts: dict[str, Facts | None] = {}
         for change in changes:
-            depths = [_parent_depth(facts, members) for facts in (change.before, change.after) if facts is not None]
-            parent = min(depths, default=DESCENDANTS_MAX_DEPTH)
-            if change.session_id not in members and parent < DESCENDANTS_MAX_DEPTH:
-                joined[change.session_id] = min(parent + 1, joined.get(change.session_id, parent + 1))
-        if not joined:
-            return members
-        members |= joined
+            self._facts.setdefault(change.session_id, change.before)
+        self._changed = set(self._facts)  # their facts are the replay's; the index has their last ones
+
+    def concerned(self, change: Change, request: ConversationsRequest) -> list[str]:
+        """The sessions this change concerns, as `_concerned`; and then applies it."""
+        session_id = change.session_id
+        members = {session_id}
+        if _parent(change.before) != _parent(change.after):  # its subtree may join or leave with it
+            members |= self._subtree(session_id)
+            self._facts[session_id] = change.after
+            members |= self._subtree(session_id)
+        self._facts[session_id] = change.before
+        was_in = {member: self._depth(member) <= DESCENDANTS_MAX_DEPTH for member in members}
+        self._facts[session_id] = change.after
+        is_in = {member: self._depth(member) <= DESCENDANTS_MAX_DEPTH for member in members}
+        out: list[str] = []
+        if (was_in[session_id] and change.before is not None and in_filters(change.before, request)) or (
+            is_in[session_id] and change.after is not None and in_filters(change.after, request)
+        ):
+            out.append(session_id)
+        for member in members - {session_id}:  # its own facts did not change: only its place in the tree
+            facts = self._facts_of(member)
+            if was_in[member] != is_in[member] and facts is not None and in_filters(facts, request):
+                out.append(member)
+        return out
+
+    def _depth(self, session_id: str) -> int:
+        """The session's depth below the source now in the replay; past the bound when it is not in
+        the tree (a walk up that ends, or loops, before reaching the source)."""
+        node = session_id
+        for depth in range(1, DESCENDANTS_MAX_DEPTH + 1):
+            parent = _parent(self._facts_of(node))
+            if parent is None:
+                break
+            if parent == self._source:
+                return depth
+            node = parent
+        return DESCENDANTS_MAX_DEPTH + 1
+
+    def _subtree(self, session_id: str) -> set[str]:
+        """The sessions below this one now in the replay, within the bound."""
+        found = {session_id}
+        level = [session_id]
+        for _ in range(DESCENDANTS_MAX_DEPTH):
+            level = [child for parent in level for child in self._children(parent) if child not in found]
+            found.update(level)
+            if not level:
+                break
+        return found - {session_id}
+
+    def _children(self, parent: str) -> list[str]:
+        indexed = [row[0] for row in self._conn.execute(f"SELECT id FROM sessions WHERE good = 1 AND {_CHILD_OF}", (parent,))]
+        replayed = [sid for sid in self._changed if _parent(self._facts[sid]) == parent]
+        return [child for child in indexed if child not in self._changed] + replayed
+
+    def _facts_of(self, session_id: str) -> Facts | None:
+        if session_id not in self._facts:
+            row = self._conn.execute(
+                "SELECT created_from_kind, created_from_source, agent_key, status FROM sessions WHERE id = ? AND good = 1",
+                (session_id,),
+            ).fetchone()
+            self._facts[session_id] = None if row is None else Facts(*row)
+        return self._facts[session_id]

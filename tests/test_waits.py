@@ -306,6 +306,68 @@ def test_a_deleted_subtree_is_reported_whole(corpus: Corpus, db_path: Path) -> N
     assert [row["conversationId"] for row in payload["conversations"]] == ["w2"]
 
 
+def _under(parent: str, *inputs: str, status: str = "running", updated: str = "2026-11-22T00:00:00Z") -> dict[str, Any]:
+    return session(*inputs or ("work",), updated=updated, status=status,
+                   created_from={"kind": "mcp", "sourceSessionId": parent})  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["moved", "deleted"])
+def test_a_change_in_the_tree_stays_reported_when_an_ancestor_leaves_it(corpus: Corpus, db_path: Path, how: str) -> None:
+    """SOURCE -> a -> b -> x: x finishes, then `a` leaves the tree, taking b and x with it. x's change
+    was made in the tree, so a wait from before both reports it, whatever its filters; it was judged
+    by the tree as it is now, and lost: a wait for finished workers timed out (found by an
+    independent test). b and x, taken out with `a`, are reported as leaving."""
+    corpus.write(SOURCE, session("plan", updated="2026-11-20T00:00:00Z"))
+    corpus.write("elsewhere", session("another plan", updated="2026-11-20T00:00:00Z"))
+    corpus.write("a", _under(SOURCE))
+    corpus.write("b", _under("a"))
+    corpus.write("x", _under("b"))
+    selections = [{"scope": "descendants"}, {"scope": "descendants", "status": "done"},
+                  {"scope": "descendants", "conversationIds": ["x"]}]  # fmt: skip
+    with served(corpus, db_path, watch=False) as client:
+        tokens = [token_of(client, selection) for selection in selections]
+        corpus.write("x", _under("b", "work", "done", status="done", updated="2026-11-23T00:00:00Z"))
+        client.call(LIST, {"limit": 1})  # x's change indexed first, as a watcher would
+        if how == "moved":
+            corpus.write("a", _under("elsewhere", updated="2026-11-24T00:00:00Z"))
+        else:
+            corpus.delete("a")
+        answers = [client.call(WAIT, {**selection, "since": token, "timeoutSeconds": 0})[0]
+                   for selection, token in zip(selections, tokens, strict=True)]  # fmt: skip
+    assert [sorted(item["conversationId"] for item in answer["changed"]) for answer in answers] == [
+        ["a", "b", "x"], ["x"], ["x"]
+    ]
+    assert all(not item["deleted"] for answer in answers for item in answer["changed"] if item["conversationId"] != "a")
+
+
+def test_a_subtree_joining_the_tree_is_reported_under_the_filters(corpus: Corpus, db_path: Path) -> None:
+    """A running conversation with a finished worker joins the tree: the worker now matches a wait
+    for finished workers in the tree, and wakes it, though only its parent's file changed."""
+    corpus.write(SOURCE, session("plan", updated="2026-11-20T00:00:00Z"))
+    corpus.write("p", session("a plan of its own", updated="2026-11-21T00:00:00Z", status="running"))
+    corpus.write("x", _under("p", status="done"))
+    done = {"scope": "descendants", "status": "done"}
+    with served(corpus, db_path, watch=False) as client:
+        token = token_of(client, done)
+        corpus.write("p", _under(SOURCE, "a plan of its own", updated="2026-11-24T00:00:00Z"))
+        payload, is_error = client.call(WAIT, {**done, "since": token, "timeoutSeconds": 0})
+    assert not is_error and payload["changed"] == [{"conversationId": "x", "deleted": False}], payload
+    assert [row["conversationId"] for row in payload["conversations"]] == ["x"]
+
+
+def test_deleted_means_the_file_is_gone_not_gone_from_the_selection(corpus: Corpus, db_path: Path) -> None:
+    """A child deleted, then created again as another conversation's child: it left the children, but
+    its file is there (`deleted` said true)."""
+    write_family(corpus)
+    with served(corpus, db_path, watch=False) as client:
+        token = token_of(client)
+        corpus.delete("w1")
+        client.call(LIST, {"limit": 1})
+        corpus.write("w1", session("task one", updated="2026-11-24T00:00:00Z", created_from={"kind": "mcp", "sourceSessionId": "other"}))
+        payload, is_error = client.call(WAIT, {"scope": "children", "since": token, "timeoutSeconds": 0})
+    assert not is_error and payload["changed"] == [{"conversationId": "w1", "deleted": False}], payload
+
+
 def test_a_time_out_answers_timed_out_with_the_list(corpus: Corpus, db_path: Path) -> None:
     write_family(corpus)
     with served(corpus, db_path) as client:
