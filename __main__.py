@@ -5,12 +5,14 @@ Importing them (click, then each command's own: the MCP SDK, sqlite-utils, uvico
 hundred milliseconds, and two things cannot wait that long:
 
 - **A stop signal.** Claude Code ends its servers with SIGINT and then SIGTERM, whenever the user
-  quits, even just after it launched them. Until a command takes the signals itself (`serve` and
-  `watch` do, first thing), Python's defaults answered: a KeyboardInterrupt traceback in the agent's
-  log, or death by SIGTERM (status 143). Here the process leaves at once, quietly: with 0 for the
-  commands a signal is the normal end of (nothing has been served or indexed yet), and otherwise
-  with 128 + the signal's number, as a shell reports a command it interrupted. A signal the caller
-  ignores (`nohup`) stays ignored.
+  quits, even just after it launched them. Until a command takes the signals itself, Python's
+  defaults answered: a KeyboardInterrupt traceback in the agent's log, or death by SIGTERM (status
+  143). Here the process leaves at once, quietly. For the commands a signal is the normal end of
+  (`serve`, `watch`), with 0, nothing having been served or indexed yet, until the command puts its
+  own handlers in place (after its own imports and checks). For the others, with 128 + the signal's
+  number, as a shell reports a command it interrupted, until the commands' modules are imported;
+  then Python's defaults again (click says "Aborted!" for SIGINT, exit 1). A signal the caller
+  ignores (SIGINT, for a command a non-interactive shell starts with `&`) stays ignored here.
 - **The open-files limit.** Its soft value is raised to the hard one, as Go's runtime does: a soft
   limit of a dozen, where thousands were allowed, ended a stdio server in a traceback. Where even
   the hard limit is too low, running out of descriptors ends the command in one line.
@@ -45,9 +47,9 @@ def main() -> None:
     except OSError as exc:
         _leave_if_out_of_descriptors(exc)
         raise
-    # The command's own handling from here (click's, or the command's handlers).
-    for signum, handler in previous.items():
-        signal.signal(signum, handler)
+    if not _ended_by_signal():  # their own handling from here; `serve` and `watch` put theirs in place
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     try:
         command()
     except BaseException as exc:  # what is not a shortage of descriptors goes on up
@@ -55,9 +57,13 @@ def main() -> None:
         raise
 
 
+def _ended_by_signal() -> bool:
+    return bool(sys.argv[1:2]) and sys.argv[1] in _ENDED_BY_SIGNAL
+
+
 def _leave_before_running(signum: int, _frame: Any) -> NoReturn:
     # Not sys.exit: it would be raised inside whatever import is under way, which may catch it.
-    os._exit(0 if sys.argv[1:2] and sys.argv[1] in _ENDED_BY_SIGNAL else 128 + signum)
+    os._exit(0 if _ended_by_signal() else 128 + signum)
 
 
 def _leave_if_out_of_descriptors(exc: BaseException) -> None:

@@ -231,6 +231,8 @@ def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None
     database is deleted first if it is still the one at `path` (nobody else replaced it yet)."""
     if replacing is None:
         _refuse_what_is_not_ours(path)
+    else:  # what took the index's place is checked as a file at the path at the start is
+        refuse_others_files(path)
     try:
         make_private_dir(path.parent, ours=path.parent == cache_dir())
     except OSError as exc:

@@ -66,13 +66,12 @@ def make_private_dir(directory: Path, *, ours: bool) -> None:
 
 def open_private(path: str, *, lock: bool = False) -> int:
     """Open `path` for reading and writing, creating it 0600; an existing one is tightened first.
-    `lock`: the `.lock`, which is never followed through a symlink, and must be the user's own
-    file with no other name (`refuse_unless_own`), whatever was checked before."""
+    What is opened is checked as it is now, whatever was checked before (`refuse_unless_own`).
+    `lock`: the `.lock`, which is never followed through a symlink, and is checked for other names."""
     with private_umask():
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | (os.O_NOFOLLOW if lock else 0), PRIVATE_FILE_MODE)
     try:
-        if lock:
-            refuse_unless_own(path, os.fstat(fd), lock=True)
+        refuse_unless_own(path, os.fstat(fd), lock=lock)
         _tighten_fd(fd, path)
     except BaseException:
         os.close(fd)
@@ -89,13 +88,16 @@ def index_files(path: Path) -> list[str]:
 
 def refuse_others_files(path: Path) -> os.stat_result | None:
     """The database's status (None: there is none yet). Raises IndexMismatch when a file the index
-    at `path` would use exists and is not this user's
-    own regular file, or is the `.lock` and has another name too. The index holds the user's words,
-    so it goes only into files only they decide about: in a directory others can write (a shared
-    /tmp, a group's project directory), another user could otherwise pre-create one of these names,
-    as a file of theirs to read the words from or to forge them in, or as a symlink or a hard link
-    to a file of the user's, which opening the index would truncate and chmod (found by an
-    independent test: a session file, through the `.lock`)."""
+    at `path` would use exists and cannot be one of its files (`not_own_file`).
+
+    The index holds the user's words, so in a directory others can write (a shared /tmp, a group's
+    project directory) it goes only into files only the user decides about: another user could
+    otherwise pre-create one of these names, as a file of theirs to read the words from or to forge
+    them in, or as a symlink or a hard link to a file of the user's, which opening the index would
+    truncate and chmod (found by an independent test: a session file, through the `.lock`). In a
+    directory only its owner can write, what is there was put there by the owner or by root, and a
+    file reported as another user's is taken as it comes (a network filesystem may report every file
+    as `nobody`)."""
     found = {}
     for name in index_files(path):
         try:
@@ -110,7 +112,7 @@ def refuse_others_files(path: Path) -> os.stat_result | None:
 
 def refuse_unless_own(name: str, st: os.stat_result, *, lock: bool = False) -> None:
     """Raise IndexMismatch when the file `name`, with this status, cannot be one of the index's files."""
-    problem = not_own_file(st, lock=lock)
+    problem = not_own_file(st, lock=lock, shared=_others_can_write(os.path.dirname(os.path.abspath(name))))
     if problem is not None:
         raise not_for_the_index(name, problem)
 
@@ -120,17 +122,28 @@ def not_for_the_index(name: str, problem: str) -> IndexMismatch:
                          "pass a --db in a directory of your own")  # fmt: skip
 
 
-def not_own_file(st: os.stat_result, *, lock: bool = False) -> str | None:
-    """Why a file with this status cannot be one of the index's files (None: it can)."""
+def not_own_file(st: os.stat_result, *, lock: bool = False, shared: bool = True) -> str | None:
+    """Why a file with this status cannot be one of the index's files (None: it can). `shared`: its
+    directory is one others can write, where only the user's own file with one name is trusted."""
     if stat.S_ISLNK(st.st_mode):
         return "is a symbolic link"
     if not stat.S_ISREG(st.st_mode):
         return "is not a regular file"
-    if not _owned(st):
-        return f"belongs to another user (uid {st.st_uid})"
-    if lock and st.st_nlink > 1:
-        return "has other names (hard links)"
+    if shared and not _owned(st):
+        return f"belongs to another user (uid {st.st_uid}), in a directory others can write"
+    if shared and lock and st.st_nlink > 1:
+        return "has other names (hard links), in a directory others can write"
     return None
+
+
+def _others_can_write(directory: str) -> bool:
+    """Whether users other than the directory's owner can make files in it (an ACL granting it shows
+    in the group bits). Its owner, whoever it is, could replace our files there anyway."""
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return True  # not known: as the worst case
+    return bool(st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
 def prepare_database(path: Path) -> None:

@@ -377,6 +377,7 @@ def test_a_lock_that_leads_to_a_file_of_the_users_is_refused(corpus: Corpus, tmp
     corpus.write("a", session("my words"))
     shared = tmp_path / "shared"
     shared.mkdir()
+    shared.chmod(0o1777)  # like /tmp
     thesis = tmp_path / "thesis.txt"
     thesis.write_text("chapter one\n")
     thesis.chmod(0o644)
@@ -401,6 +402,7 @@ def test_an_index_file_of_another_user_is_refused(corpus: Corpus, tmp_path: Path
     corpus.write("a", session("my words"))
     db = tmp_path / "shared" / "x.sqlite"
     db.parent.mkdir()
+    db.parent.chmod(0o2775)  # a group's project directory
     planted = Path(f"{db}{suffix}")
     planted.write_bytes(LOCK_SIGNATURE if suffix == ".lock" else b"")
     planted.chmod(0o666)
@@ -424,6 +426,7 @@ def test_a_signed_lock_of_another_user_makes_no_database_ours(corpus: Corpus, tm
     app.chmod(0o644)
     db = tmp_path / "shared" / "x.sqlite"
     db.parent.mkdir()
+    db.parent.chmod(0o1777)
     db.symlink_to(app)
     lock = Path(f"{db}.lock")
     lock.write_bytes(LOCK_SIGNATURE)
@@ -432,6 +435,48 @@ def test_a_signed_lock_of_another_user_makes_no_database_ours(corpus: Corpus, tm
     result = cli("build", "--sessions-dir", str(corpus.path), "--db", str(db))
     assert result.exit_code == 1 and "holding bookmarks" in " ".join(result.output.split()), result.output
     assert kept([app, lock]) == before
+
+
+@as_root
+def test_in_a_directory_only_its_owner_can_write_any_owner_is_taken(corpus: Corpus, tmp_path: Path) -> None:
+    """Nobody but its owner (or root) can have put a file there, and some filesystems report every
+    file as another user's (NFS with unmatched id maps: `nobody`): the index is used."""
+    corpus.write("a", session("my words"))
+    db = tmp_path / "private" / "x.sqlite"
+    db.parent.mkdir(mode=0o700)
+    db.write_bytes(b"")
+    os.chown(db, OTHER_UID, OTHER_UID)
+    result = cli("call", "ccweb_list_user_inputs", '{"conversationId": "a"}', "--sessions-dir", str(corpus.path),
+                 "--db", str(db))  # fmt: skip
+    assert result.exit_code == 0 and "my words" in result.output, result.output
+    assert "index" not in result.output.lower() or "cannot" not in result.output.lower(), result.output
+    assert db.stat().st_size > 0  # the index is in it
+
+
+@as_root
+def test_a_file_of_another_user_put_in_the_index_s_place_is_refused_too(corpus: Corpus, tmp_path: Path) -> None:
+    """While a server runs: it notices its index replaced and opens what is now at the path, which was
+    not checked as a file there at the start is (found by a review): another user's file received the
+    user's words."""
+    corpus.write("a", session("my words"))
+    db = tmp_path / "shared" / "x.sqlite"
+    db.parent.mkdir()
+    db.parent.chmod(0o1777)
+    svc = Service(corpus.path, db)
+    svc.start()
+    try:
+        assert svc.call("ccweb_list_user_inputs", {"conversationId": "a"}, None).payload["inputs"]
+        theirs = tmp_path / "shared" / "theirs"
+        theirs.write_bytes(b"")
+        theirs.chmod(0o666)
+        os.chown(theirs, OTHER_UID, OTHER_UID)
+        os.replace(theirs, db)
+        corpus.write("b", session("more of my words"))
+        result = svc.call("ccweb_list_user_inputs", {"conversationId": "b"}, None)
+        assert [item["content"] for item in result.payload["inputs"]] == ["more of my words"]  # from the files
+    finally:
+        svc.close()
+    assert db.read_bytes() == b"" and db.stat().st_uid == OTHER_UID
 
 
 def test_a_symlinked_index_keeps_its_lock_and_its_checks_beside_its_file(corpus: Corpus, tmp_path: Path) -> None:

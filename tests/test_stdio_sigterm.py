@@ -340,23 +340,26 @@ def test_sigterm_while_the_sdk_is_imported_exits_0(tmp_path: Path, corpus: Corpu
 
 
 @pytest.mark.parametrize(
-    ("command", "signum", "status"),
+    ("command", "module", "signum", "status"),
     [
-        (["serve"], signal.SIGINT, 0),
-        (["serve"], signal.SIGTERM, 0),
-        (["watch"], signal.SIGTERM, 0),
-        (["build"], signal.SIGINT, 128 + signal.SIGINT),
+        (["serve"], "ccweb_index.server.cli", signal.SIGINT, 0),
+        (["serve"], "ccweb_index.server.cli", signal.SIGTERM, 0),
+        (["serve"], "ccweb_index.indexer.db", signal.SIGINT, 0),  # its check of --db, before its handlers
+        (["watch"], "ccweb_index.server.cli", signal.SIGTERM, 0),
+        (["watch"], "ccweb_index.server.service", signal.SIGTERM, 0),  # its opening, before its handlers
+        (["build"], "ccweb_index.server.cli", signal.SIGINT, 128 + signal.SIGINT),
     ],
     ids=lambda value: value.name if isinstance(value, signal.Signals) else str(value),
 )
-def test_a_signal_before_the_commands_are_imported_leaves_quietly(
-    tmp_path: Path, corpus: Corpus, command: list[str], signum: signal.Signals, status: int
+def test_a_signal_before_the_commands_take_it_leaves_quietly(
+    tmp_path: Path, corpus: Corpus, command: list[str], module: str, signum: signal.Signals, status: int
 ) -> None:
     """Claude Code quitting just after it launched the server: a signal while the commands' modules
-    were imported met Python's default, a KeyboardInterrupt traceback or status 143. The commands a
-    signal ends leave with 0; the others with what a shell shows for it."""
+    were imported met Python's default, a KeyboardInterrupt traceback or status 143; for `serve` and
+    `watch`, so did one in the moments after, before they put their own handlers in place (found by a
+    review). The commands a signal ends leave with 0; the others with what a shell shows for it."""
     marker = tmp_path / "import-began"
-    hook = SLOW_IMPORT.format(module="ccweb_index.server.cli", marker=str(marker))
+    hook = SLOW_IMPORT.format(module=module, marker=str(marker))
     err = stopped_as_it_begins(tmp_path, corpus, command, hook, marker, signum=signum, status=status)
     assert err == ""
 
