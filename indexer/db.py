@@ -428,6 +428,20 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         raise
 
 
+@contextlib.contextmanager
+def read_snapshot(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """Every read inside sees one state of the index: in WAL mode, the one its first read finds,
+    whatever other connections commit meanwhile. For what reads a change log and the rows it speaks
+    of together (a wait)."""
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("COMMIT")
+
+
 def checkpoint_less_often(conn: sqlite3.Connection) -> int:
     """For a pass that writes many batches (a cold build, a first pass): SQLite checkpoints the WAL
     once it holds WAL_LIMIT_BYTES instead of every `wal_autocheckpoint` pages, so a sixteenth of the

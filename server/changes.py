@@ -28,6 +28,7 @@ import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
+from ccweb_index.indexer.db import read_snapshot
 from ccweb_index.server import queries
 from ccweb_index.server.tools import ChangePosition, ConversationsRequest
 
@@ -107,27 +108,42 @@ class ChangeHub:
     def _look(self, waiters: list[Waiter]) -> None:
         try:
             conn = self._connection()
-            position = queries.change_position(conn)
-            behind = [w for w in waiters if w.seen.index_id == position.index_id and w.seen.seq < position.seq]
-            changes = queries.changes_after(conn, min(w.seen.seq for w in behind), position.seq) if behind else []
-        except (sqlite3.Error, OSError) as exc:  # no index file yet, locked, being replaced
+        except (sqlite3.Error, OSError) as exc:  # no index file yet, being replaced
             log.debug("the change hub cannot read the index now (%s)", exc)
             self._disconnect()
             return
+        try:
+            # One snapshot: what the waits' selections read of the rows is what the log says of them.
+            with read_snapshot(conn):
+                self._look_in(conn, waiters)
+        except (sqlite3.Error, OSError) as exc:  # locked, being replaced
+            log.debug("the change hub cannot read the index now (%s)", exc)
+            self._disconnect()
+
+    def _look_in(self, conn: sqlite3.Connection, waiters: list[Waiter]) -> None:
+        position = queries.change_position(conn)
+        behind = [w for w in waiters if w.seen.index_id == position.index_id and w.seen.seq < position.seq]
+        changes = queries.changes_after(conn, min(w.seen.seq for w in behind), position.seq) if behind else []
+        trees: dict[tuple[str, int, int], queries.TreeMoves] = {}  # one replay per tree and window
         for waiter in waiters:
             if waiter.seen.index_id != position.index_id:
                 waiter.wake()  # the index was replaced: the wait finds out what that means for it
             elif waiter in behind:
                 news = None if changes is None else [c for c in changes if c.seq > waiter.seen.seq]
-                if news is None or self._selected(conn, news, waiter):
+                if news is None or self._selected(conn, news, waiter, trees):
                     waiter.wake()
                 else:
                     waiter.seen = position
 
     @staticmethod
-    def _selected(conn: sqlite3.Connection, news: list[queries.Change], waiter: Waiter) -> bool:
+    def _selected(
+        conn: sqlite3.Connection,
+        news: list[queries.Change],
+        waiter: Waiter,
+        trees: dict[tuple[str, int, int], queries.TreeMoves],
+    ) -> bool:
         try:
-            return bool(queries.selected_changes(conn, news, waiter.selection))
+            return bool(queries.selected_changes(conn, news, waiter.selection, trees))
         except sqlite3.Error:  # the tree could not be read now: the wait looks for itself
             return True
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ccweb_index.indexer.db import read_snapshot
 from ccweb_index.indexer.files import dir_identity
 from ccweb_index.indexer.refresh import Indexer
 from ccweb_index.indexer.watch import Watcher
@@ -98,7 +99,7 @@ class IndexAnswers:
             # began but brought into the index by the proof is after it, and is reported.
             called = self._called_at() if check.since is None and check.fresh else None
             synced = self._make_fresh() if check.fresh else True
-            with self.handle.connection() as conn:
+            with self.handle.connection() as conn, read_snapshot(conn):
                 position = queries.change_position(conn)
                 since = check.since or (called if called and called.index_id == position.index_id else position)
                 foreign = since.index_id != position.index_id or since.seq > position.seq

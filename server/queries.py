@@ -249,20 +249,33 @@ def changes_after(conn: sqlite3.Connection, after: int, upto: int) -> list[Chang
     return changes
 
 
-def selected_changes(conn: sqlite3.Connection, changes: list[Change], request: ConversationsRequest) -> list[Changed]:
+# Per change of a window: whether its session was in the tree just before and just after it, and
+# the other sessions the change took into the tree or out of it (its subtree), each as (id, facts,
+# now in the tree). What a replay of one source's tree finds, for every wait on that tree.
+TreeMoves = list[tuple[bool, bool, list[tuple[str, Facts, bool]]]]
+
+
+def selected_changes(
+    conn: sqlite3.Connection,
+    changes: list[Change],
+    request: ConversationsRequest,
+    trees: dict[tuple[str, int, int], TreeMoves] | None = None,
+) -> list[Changed]:
     """The changes that concern a selection: each selected session once, most recent change first,
-    deleted if its file is gone (its last change deleted it, whatever the selection: one deleted and
-    created again elsewhere is not). The one place a wait decides what it watches.
+    deleted if the last change of it deleted it (whatever the selection: one deleted and created
+    again elsewhere is not). The one place a wait decides what it watches.
 
     A change concerns a selection when the session matched it before or after (one that enters or
     leaves a filter, the tree, or, deleted, the list is reported), its id among conversationIds if
     those are given. In scope "descendants", membership is the tree's at the moment of the change
     (`_TreeReplay`), and a session that joins or leaves the tree carries its subtree with it: those
-    of its members that match the filters are reported too."""
-    replay = _TreeReplay(conn, changes, request.source) if request.scope == "descendants" else None
+    of its members that match the filters are reported too. `trees`: replays already made for this
+    window, by source, shared by the waits on one tree. Read `changes` and the index in one read
+    transaction: the replay takes a session no change names as the index holds it."""
+    moves = _tree_moves(conn, changes, request.source, trees) if request.scope == "descendants" else None
     latest: dict[str, None] = {}  # in the order of their last concerning change
-    for change in changes:
-        concerned = _concerned(change, request) if replay is None else replay.concerned(change, request)
+    for n, change in enumerate(changes):
+        concerned = _concerned(change, request) if moves is None else _concerned_in_tree(change, moves[n], request)
         for session_id in concerned:
             if request.ids is None or session_id in request.ids:
                 latest.pop(session_id, None)
@@ -280,6 +293,31 @@ def _concerned(change: Change, request: ConversationsRequest) -> list[str]:
     return []
 
 
+def _concerned_in_tree(change: Change, move: tuple[bool, bool, list[tuple[str, Facts, bool]]], request: ConversationsRequest) -> list[str]:
+    was_in, is_in, carried = move
+    own = (was_in and change.before is not None and in_filters(change.before, request)) or (
+        is_in and change.after is not None and in_filters(change.after, request)
+    )
+    return ([change.session_id] if own else []) + [member for member, facts, _ in carried if in_filters(facts, request)]
+
+
+def _tree_moves(
+    conn: sqlite3.Connection,
+    changes: list[Change],
+    source: str | None,
+    trees: dict[tuple[str, int, int], TreeMoves] | None,
+) -> TreeMoves:
+    assert source is not None
+    key = (source, changes[0].seq if changes else 0, changes[-1].seq if changes else 0)
+    if trees is not None and key in trees:
+        return trees[key]
+    replay = _TreeReplay(conn, changes, source)
+    moves = [replay.apply(change) for change in changes]
+    if trees is not None:
+        trees[key] = moves
+    return moves
+
+
 def _parent(facts: Facts | None) -> str | None:
     """A session's MCP parent; None for one that is not listed or not a child."""
     if facts is None or facts.created_from_kind != "mcp":
@@ -290,41 +328,47 @@ def _parent(facts: Facts | None) -> str | None:
 class _TreeReplay:
     """Scope "descendants" through a window of changes: every session's facts as they were at each
     change, to tell whether it was in the source's tree then. It starts from the window's beginning
-    (a changed session as its first change found it, any other as the index holds it now, which it
-    was throughout) and applies the changes in order. Membership as the tree is now (`tree_links`)
-    missed a change made in the tree by a session that a later change took out of it with an
-    ancestor (found by an independent test)."""
+    (a changed session as its first change found it, any other as the index holds it, which it was
+    throughout the window) and applies the changes in order. Membership as the tree is now
+    (`tree_links`) missed a change made in the tree by a session that a later change took out of it
+    with an ancestor (found by an independent test)."""
 
-    def __init__(self, conn: sqlite3.Connection, changes: list[Change], source: str | None) -> None:
-        assert source is not None
+    def __init__(self, conn: sqlite3.Connection, changes: list[Change], source: str) -> None:
         self._conn, self._source = conn, source
         self._facts: dict[str, Facts | None] = {}
         for change in changes:
             self._facts.setdefault(change.session_id, change.before)
         self._changed = set(self._facts)  # their facts are the replay's; the index has their last ones
+        self._kids: dict[str, set[str]] = {}  # the changed sessions, by their parent now in the replay
+        self._indexed_kids: dict[str, list[str]] = {}  # the others, by their parent, as read
+        for session_id in self._changed:
+            self._adopt(session_id, None, _parent(self._facts[session_id]))
 
-    def concerned(self, change: Change, request: ConversationsRequest) -> list[str]:
-        """The sessions this change concerns, as `_concerned`; and then applies it."""
+    def apply(self, change: Change) -> tuple[bool, bool, list[tuple[str, Facts, bool]]]:
+        """Whether the change's session was in the tree before it and is after, and the sessions
+        below it that it took in or out (each with its facts and whether it is in now)."""
         session_id = change.session_id
-        members = {session_id}
-        if _parent(change.before) != _parent(change.after):  # its subtree may join or leave with it
-            members |= self._subtree(session_id)
-            self._facts[session_id] = change.after
-            members |= self._subtree(session_id)
-        self._facts[session_id] = change.before
-        was_in = {member: self._depth(member) <= DESCENDANTS_MAX_DEPTH for member in members}
+        depth_before = self._depth(session_id)
         self._facts[session_id] = change.after
-        is_in = {member: self._depth(member) <= DESCENDANTS_MAX_DEPTH for member in members}
-        out: list[str] = []
-        if (was_in[session_id] and change.before is not None and in_filters(change.before, request)) or (
-            is_in[session_id] and change.after is not None and in_filters(change.after, request)
-        ):
-            out.append(session_id)
-        for member in members - {session_id}:  # its own facts did not change: only its place in the tree
-            facts = self._facts_of(member)
-            if was_in[member] != is_in[member] and facts is not None and in_filters(facts, request):
-                out.append(member)
-        return out
+        self._adopt(session_id, _parent(change.before), _parent(change.after))
+        depth_after = self._depth(session_id)
+        was_in, is_in = depth_before <= DESCENDANTS_MAX_DEPTH, depth_after <= DESCENDANTS_MAX_DEPTH
+        carried: list[tuple[str, Facts, bool]] = []
+        # Only through it can the others move, and the source's own place moves nobody below it.
+        if depth_after != depth_before and (was_in or is_in) and session_id != self._source:
+            members = self._subtree(session_id)
+            for member, below in members.items():
+                facts = self._facts_of(member)
+                inside = (depth_before + below <= DESCENDANTS_MAX_DEPTH, depth_after + below <= DESCENDANTS_MAX_DEPTH)
+                if inside[0] != inside[1] and facts is not None:
+                    carried.append((member, facts, inside[1]))
+        return was_in, is_in, carried
+
+    def _adopt(self, session_id: str, old: str | None, new: str | None) -> None:
+        if old is not None:
+            self._kids.get(old, set()).discard(session_id)
+        if new is not None:
+            self._kids.setdefault(new, set()).add(session_id)
 
     def _depth(self, session_id: str) -> int:
         """The session's depth below the source now in the replay; past the bound when it is not in
@@ -339,21 +383,36 @@ class _TreeReplay:
             node = parent
         return DESCENDANTS_MAX_DEPTH + 1
 
-    def _subtree(self, session_id: str) -> set[str]:
-        """The sessions below this one now in the replay, within the bound."""
-        found = {session_id}
+    def _subtree(self, session_id: str) -> dict[str, int]:
+        """The sessions below this one now in the replay, within the bound, each with its depth
+        below it. Not those below the source, should it be among them (a cycle through it): they
+        are in the tree by their own path, whatever this one's place."""
+        found = {session_id: 0}
         level = [session_id]
-        for _ in range(DESCENDANTS_MAX_DEPTH):
-            level = [child for parent in level for child in self._children(parent) if child not in found]
-            found.update(level)
+        for below in range(1, DESCENDANTS_MAX_DEPTH + 1):
+            parents = [parent for parent in level if parent != self._source]
+            level = [child for parent in parents for child in self._children(parent) if child not in found]
+            found.update(dict.fromkeys(level, below))
             if not level:
                 break
-        return found - {session_id}
+        del found[session_id]
+        return found
 
     def _children(self, parent: str) -> list[str]:
-        indexed = [row[0] for row in self._conn.execute(f"SELECT id FROM sessions WHERE good = 1 AND {_CHILD_OF}", (parent,))]
-        replayed = [sid for sid in self._changed if _parent(self._facts[sid]) == parent]
-        return [child for child in indexed if child not in self._changed] + replayed
+        """Its children now in the replay: those the index holds that no change names (they do not
+        move in the window), and the changed ones that point to it now."""
+        if parent not in self._indexed_kids:
+            kids = []
+            for session_id, *facts in self._conn.execute(
+                "SELECT id, created_from_kind, created_from_source, agent_key, status FROM sessions "
+                f"WHERE good = 1 AND {_CHILD_OF}",
+                (parent,),
+            ):
+                if session_id not in self._changed:
+                    self._facts[session_id] = Facts(*facts)
+                    kids.append(session_id)
+            self._indexed_kids[parent] = kids
+        return self._indexed_kids[parent] + list(self._kids.get(parent, ()))
 
     def _facts_of(self, session_id: str) -> Facts | None:
         if session_id not in self._facts:

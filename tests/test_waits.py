@@ -15,6 +15,7 @@ import functools
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -32,7 +33,7 @@ from mcp.client.streamable_http import streamable_http_client
 from test_http import TOKEN, _clean_env, _headers, outliving_the_server, start_http_server, stop
 
 from ccweb_index.indexer.tuning import WAIT_PROGRESS_ENV
-from ccweb_index.server.tools import ChangePosition, decode_change_token, encode_change_token
+from ccweb_index.server.tools import ChangePosition, decode_change_token, encode_change_token, wait_request
 
 import reference
 from conftest import (
@@ -366,6 +367,47 @@ def test_deleted_means_the_file_is_gone_not_gone_from_the_selection(corpus: Corp
         corpus.write("w1", session("task one", updated="2026-11-24T00:00:00Z", created_from={"kind": "mcp", "sourceSessionId": "other"}))
         payload, is_error = client.call(WAIT, {"scope": "children", "since": token, "timeoutSeconds": 0})
     assert not is_error and payload["changed"] == [{"conversationId": "w1", "deleted": False}], payload
+
+
+def test_the_hub_reads_the_log_and_the_rows_as_one_state(
+    corpus: Corpus, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change committed between the hub's read of the log and its reads of the rows: a worker
+    deleted while in the tree was judged by its manager's place after the manager had left, and the
+    wait, told nothing concerned it, was not woken (found by a review). One read transaction now."""
+    from ccweb_index.server import changes as hub_module
+    from ccweb_index.server import queries
+    from ccweb_index.server.service import Service
+
+    corpus.write(SOURCE, session("plan", updated="2026-11-20T00:00:00Z"))
+    corpus.write("other", session("another plan", updated="2026-11-20T00:00:00Z"))
+    corpus.write("m", _under(SOURCE))
+    corpus.write("w", _under("m"))
+    svc = Service(corpus.path, db_path, watch=False)
+    svc.start()
+    hub = hub_module.ChangeHub(svc.db_path)
+    try:
+        listed = svc.call(LIST, {"scope": "descendants"}, SOURCE).payload
+        since = decode_change_token(listed["changeToken"])
+        corpus.delete("w")
+        svc.call(LIST, {"limit": 1}, SOURCE)  # the deletion is indexed: the one change after `since`
+        read_log = queries.changes_after
+
+        def then_the_manager_leaves(*args: Any) -> Any:
+            found = read_log(*args)
+            corpus.write("m", _under("other", updated="2026-11-25T00:00:00Z"))
+            svc.call(LIST, {"limit": 1}, SOURCE)  # committed before the hub reads the rows
+            return found
+
+        monkeypatch.setattr(queries, "changes_after", then_the_manager_leaves)
+        woken = threading.Event()
+        assert since is not None
+        hub.add(hub_module.Waiter(wait_request({"scope": "descendants", "conversationIds": ["w"]}, SOURCE).selection,
+                                  since, woken.set))  # fmt: skip
+        assert woken.wait(10), "the wait was not woken by the deletion of a worker in the tree"
+    finally:
+        hub.close()
+        svc.close()
 
 
 def test_a_time_out_answers_timed_out_with_the_list(corpus: Corpus, db_path: Path) -> None:
