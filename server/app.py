@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -18,7 +19,7 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
-from ccweb_index.server.stop import SilentAfterHangUp, calls_in_flight, exit_on_sigterm
+from ccweb_index.server.stop import SilentAfterHangUp, calls_in_flight, exit_on_sigterm, exit_when_stdout_is_gone
 from ccweb_index.server.tools import TOOLS, WAIT_FOR_CONVERSATIONS, answer_too_large
 from ccweb_index.server.unparsed import AnsweringUnparsed
 from ccweb_index.server.waits import WaitRoom
@@ -227,8 +228,9 @@ async def serve_stdio(service: Service | LazyService, source: str | None, max_wa
     SIGTERM answers the waits in flight (`timedOut`) before the process exits."""
     waits = WaitRoom(max_waits)
     server = build_server(service, lambda ctx: source, waits, in_thread=False)
+    close = functools.partial(service.close, wait=False)
+    exit_when_stdout_is_gone(os.dup(1), close)  # fd 1 as it is before the SDK points it elsewhere
     async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as tasks:
-        close = functools.partial(service.close, wait=False)
 
         async def end_waits() -> None:
             waits.stop()  # each open wait answers `timedOut`

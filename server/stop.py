@@ -105,6 +105,29 @@ async def exit_on_sigterm(
             signal.signal(signum, lambda *_: _leave(lambda: None))
 
 
+def exit_when_stdout_is_gone(stdout_fd: int, close: Callable[[], None]) -> None:
+    """Beside the stdio server, with a duplicate of its stdout taken before the SDK claims it: when
+    nobody can read the server's answers any more (a pipe whose reader closed it reports POLLERR, a
+    socket whose peer closed it POLLHUP), close and exit 0, quietly, as `client_gone` does. The SDK
+    only learns it at its next write, and a client that kept stdin open then left the server
+    waiting on it for good (its reader is a thread nothing cancels). A daemon thread: it must not
+    keep a process that is ending otherwise from ending."""
+    import select
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(stdout_fd, 0)  # no events asked: only POLLERR, POLLHUP and POLLNVAL wake it
+        try:
+            while not (events := poller.poll(None)):
+                pass
+        except OSError:
+            return  # cannot be watched: the next write tells, as before
+        if not events[0][1] & select.POLLNVAL:  # closed here, as the server ends: nothing to do
+            _leave(close)
+
+    threading.Thread(target=watch, name="ccweb-index-stdout", daemon=True).start()
+
+
 def client_gone(exc: BaseException) -> bool:
     """Whether `exc` (an exception group from the stdio transport, as a rule) says only that the
     client is gone: it closed the server's stdout, so an answer met a broken pipe. Nobody is left to

@@ -179,10 +179,12 @@ def test_claude_codes_exit_during_a_wait_answers_it_and_exits_0(server: Server) 
     assert json.loads(answer["result"]["content"][0]["text"])["timedOut"] is True
 
 
-def test_a_client_gone_from_stdout_ends_the_server_quietly(tmp_path: Path, corpus: Corpus) -> None:
+@pytest.mark.parametrize("stdin", ["closed too", "kept open"])
+def test_a_client_gone_from_stdout_ends_the_server_quietly(tmp_path: Path, corpus: Corpus, stdin: str) -> None:
     """A client killed while the server starts (Codex, stopped during its MCP start) closes the
     server's stdout and stdin. The next answer met a broken pipe: a BrokenPipeError traceback in the
-    agent's log and status 1 (found with the real agent)."""
+    agent's log and status 1 (found with the real agent). A client that stops reading but keeps
+    stdin open left the server waiting on stdin for good."""
     corpus.write("w1", session("hello"))
     command = [CCWEB_INDEX, "serve", "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "i.sqlite")]
     proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
@@ -193,8 +195,13 @@ def test_a_client_gone_from_stdout_ends_the_server_quietly(tmp_path: Path, corpu
     proc.stdin.write(json.dumps(initialize).encode() + b"\n")
     proc.stdin.flush()
     time.sleep(0.05)
-    proc.stdin.close()
-    assert proc.wait(timeout=30) == 0
+    if stdin == "closed too":
+        proc.stdin.close()
+    try:
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.stdin.close()
     log = proc.stderr.read().decode()
     assert "Traceback" not in log and "BrokenPipe" not in log, log
 
