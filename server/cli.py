@@ -397,6 +397,10 @@ def serve(
     if http_only:
         _restore(previous)
         raise click.UsageError(f"{', '.join(http_only)} only apply to --transport http")
+    if not _is_open(1):  # the SDK's transport would end in a traceback
+        _restore(previous)
+        raise click.ClickException("standard output is closed, and a stdio server answers over it; "
+                                   "give it a pipe, or use --transport http")  # fmt: skip
 
     import anyio
 
@@ -520,6 +524,14 @@ def _serve_http(
     except StartupError as exc:
         raise click.ClickException(str(exc)) from None
     sys.exit(status)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 def _restore(handlers: dict[signal.Signals, Any]) -> None:

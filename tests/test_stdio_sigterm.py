@@ -206,6 +206,17 @@ def test_a_client_gone_from_stdout_ends_the_server_quietly(tmp_path: Path, corpu
     assert "Traceback" not in log and "BrokenPipe" not in log, log
 
 
+def test_a_stdio_server_without_stdout_says_so(tmp_path: Path, corpus: Corpus) -> None:
+    """Started with fd 1 closed, it ended in the SDK's traceback (and, since the server watches its
+    stdout for a client gone, in one of ours)."""
+    command = [CCWEB_INDEX, "serve", "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "i.sqlite")]
+    done = subprocess.run(command, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=clean_env(),
+                          preexec_fn=lambda: os.close(1), timeout=60)  # fmt: skip
+    err = done.stderr.decode()
+    assert done.returncode == 1 and "Traceback" not in err, err
+    assert err.strip() == "Error: standard output is closed, and a stdio server answers over it; give it a pipe, or use --transport http"
+
+
 SLOW_FIRST_PASS = """
 import time
 from pathlib import Path
