@@ -438,8 +438,15 @@ def read_snapshot(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         yield conn
     finally:
         if conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
+            try:
                 conn.execute("COMMIT")
+            except sqlite3.Error:
+                # A transaction left open would make the connection's next BEGIN fail (the
+                # indexer's, on the shared one).
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    raise
 
 
 def checkpoint_less_often(conn: sqlite3.Connection) -> int:

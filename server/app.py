@@ -229,7 +229,14 @@ async def serve_stdio(service: Service | LazyService, source: str | None, max_wa
     waits = WaitRoom(max_waits)
     server = build_server(service, lambda ctx: source, waits, in_thread=False)
     close = functools.partial(service.close, wait=False)
-    exit_when_stdout_is_gone(os.dup(1), close)  # fd 1 as it is before the SDK points it elsewhere
+    stop_watching = exit_when_stdout_is_gone(os.dup(1), close)  # fd 1 before the SDK points it elsewhere
+    try:
+        await _serve_stdio(server, service, waits, close)
+    finally:
+        stop_watching()
+
+
+async def _serve_stdio(server: Server, service: Service | LazyService, waits: WaitRoom, close: Callable[[], None]) -> None:
     async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as tasks:
 
         async def end_waits() -> None:

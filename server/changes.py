@@ -112,10 +112,16 @@ class ChangeHub:
             log.debug("the change hub cannot read the index now (%s)", exc)
             self._disconnect()
             return
+        # One snapshot per tree: what a wait's selection reads of the rows is what the log says of
+        # them. Not one for the whole look: a snapshot held while every tree is replayed would hold
+        # back the WAL's checkpoints all that time.
+        trees: dict[str | None, list[Waiter]] = {}
+        for waiter in waiters:
+            trees.setdefault(waiter.selection.source if waiter.selection.scope == "descendants" else None, []).append(waiter)
         try:
-            # One snapshot: what the waits' selections read of the rows is what the log says of them.
-            with read_snapshot(conn):
-                self._look_in(conn, waiters)
+            for group in trees.values():
+                with read_snapshot(conn):
+                    self._look_in(conn, group)
         except (sqlite3.Error, OSError) as exc:  # locked, being replaced
             log.debug("the change hub cannot read the index now (%s)", exc)
             self._disconnect()
@@ -124,7 +130,7 @@ class ChangeHub:
         position = queries.change_position(conn)
         behind = [w for w in waiters if w.seen.index_id == position.index_id and w.seen.seq < position.seq]
         changes = queries.changes_after(conn, min(w.seen.seq for w in behind), position.seq) if behind else []
-        trees: dict[tuple[str, int, int], queries.TreeMoves] = {}  # one replay per tree and window
+        trees: dict[tuple[str, int, int], queries.TreeMoves] = {}  # one replay per window of the tree
         for waiter in waiters:
             if waiter.seen.index_id != position.index_id:
                 waiter.wake()  # the index was replaced: the wait finds out what that means for it

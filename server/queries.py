@@ -349,8 +349,9 @@ class _TreeReplay:
         below it that it took in or out (each with its facts and whether it is in now)."""
         session_id = change.session_id
         depth_before = self._depth(session_id)
+        parent_before = _parent(self._facts_of(session_id))  # the replay's own word, as the log's says
         self._facts[session_id] = change.after
-        self._adopt(session_id, _parent(change.before), _parent(change.after))
+        self._adopt(session_id, parent_before, _parent(change.after))
         depth_after = self._depth(session_id)
         was_in, is_in = depth_before <= DESCENDANTS_MAX_DEPTH, depth_after <= DESCENDANTS_MAX_DEPTH
         carried: list[tuple[str, Facts, bool]] = []

@@ -17,6 +17,7 @@ still writes then must not trip a client on its way out (`SilentAfterHangUp`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -105,27 +106,39 @@ async def exit_on_sigterm(
             signal.signal(signum, lambda *_: _leave(lambda: None))
 
 
-def exit_when_stdout_is_gone(stdout_fd: int, close: Callable[[], None]) -> None:
-    """Beside the stdio server, with a duplicate of its stdout taken before the SDK claims it: when
-    nobody can read the server's answers any more (a pipe whose reader closed it reports POLLERR, a
-    socket whose peer closed it POLLHUP), close and exit 0, quietly, as `client_gone` does. The SDK
-    only learns it at its next write, and a client that kept stdin open then left the server
-    waiting on it for good (its reader is a thread nothing cancels). A daemon thread: it must not
-    keep a process that is ending otherwise from ending."""
+def exit_when_stdout_is_gone(stdout_fd: int, close: Callable[[], None]) -> Callable[[], None]:
+    """Beside the stdio server, with a duplicate of its stdout taken before the SDK claims it (this
+    function owns it): when nobody can read the server's answers any more (a pipe whose reader
+    closed it reports POLLERR, a socket whose peer closed it POLLHUP), close and exit 0, quietly, as
+    `client_gone` does. The SDK only learns it at its next write, and a client that kept stdin open
+    then left the server waiting on it for good (its reader is a thread nothing cancels). A daemon
+    thread: it must not keep a process that is ending otherwise from ending. Returns what stops the
+    watch, for when the server ends by itself."""
     import select
+
+    wake_read, wake_write = os.pipe()
 
     def watch() -> None:
         poller = select.poll()
         poller.register(stdout_fd, 0)  # no events asked: only POLLERR, POLLHUP and POLLNVAL wake it
+        poller.register(wake_read, select.POLLIN)
         try:
-            while not (events := poller.poll(None)):
-                pass
+            events = dict(poller.poll(None))
         except OSError:
-            return  # cannot be watched: the next write tells, as before
-        if not events[0][1] & select.POLLNVAL:  # closed here, as the server ends: nothing to do
+            events = {}  # cannot be watched: the next write tells, as before
+        finally:
+            for fd in (stdout_fd, wake_read):
+                os.close(fd)
+        if events.get(stdout_fd, select.POLLNVAL) & select.POLLNVAL == 0 and wake_read not in events:
             _leave(close)
 
+    def stop() -> None:
+        with contextlib.suppress(OSError):
+            os.write(wake_write, b"x")
+            os.close(wake_write)
+
     threading.Thread(target=watch, name="ccweb-index-stdout", daemon=True).start()
+    return stop
 
 
 def client_gone(exc: BaseException) -> bool:
