@@ -168,7 +168,7 @@ def _signed(lock_path: str) -> bool:
         return False
     with open(fd, "rb") as f:
         # Anyone can write the signature: only the user's own .lock is believed.
-        return not_own_file(os.fstat(fd), lock=True) is None and f.read(len(LOCK_SIGNATURE) + 1) == LOCK_SIGNATURE
+        return not_own_file(lock_path, os.fstat(fd), lock=True) is None and f.read(len(LOCK_SIGNATURE) + 1) == LOCK_SIGNATURE
 
 
 def _file_id(path: str) -> tuple[int, int] | None:

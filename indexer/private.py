@@ -112,7 +112,7 @@ def refuse_others_files(path: Path) -> os.stat_result | None:
 
 def refuse_unless_own(name: str, st: os.stat_result, *, lock: bool = False) -> None:
     """Raise IndexMismatch when the file `name`, with this status, cannot be one of the index's files."""
-    problem = not_own_file(st, lock=lock, shared=_others_can_write(os.path.dirname(os.path.abspath(name))))
+    problem = not_own_file(name, st, lock=lock)
     if problem is not None:
         raise not_for_the_index(name, problem)
 
@@ -122,9 +122,10 @@ def not_for_the_index(name: str, problem: str) -> IndexMismatch:
                          "pass a --db in a directory of your own")  # fmt: skip
 
 
-def not_own_file(st: os.stat_result, *, lock: bool = False, shared: bool = True) -> str | None:
-    """Why a file with this status cannot be one of the index's files (None: it can). `shared`: its
-    directory is one others can write, where only the user's own file with one name is trusted."""
+def not_own_file(name: str, st: os.stat_result, *, lock: bool = False) -> str | None:
+    """Why the file `name`, with this status, cannot be one of the index's files (None: it can). In a
+    directory others can write, only the user's own file, and a `.lock` with one name, is trusted."""
+    shared = _others_can_write(os.path.dirname(os.path.abspath(name)))
     if stat.S_ISLNK(st.st_mode):
         return "is a symbolic link"
     if not stat.S_ISREG(st.st_mode):

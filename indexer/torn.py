@@ -6,10 +6,11 @@ keeps its last good version in the index, but that version may be far older than
 completed just before (the file may have been rewritten many times since this process last read
 it), or the index may never have read it at all (created complete, then caught in its next write
 before any look). So a file that had a good version, or that the index has not seen yet, changed
-recently (its signature is racy) and now does not parse is read again, a few times, for at most TORN_WRITE_RETRY_SECONDS, in the hope that the write
-in flight completes. The budget is per pass over the files (one call, one watcher batch), not per
-file, so many broken files cost one bound, not one each. When it runs out, the last good version
-stands in, and the unreadable-file log line says so (docs/reliability.md, "Torn writes").
+recently (its signature is racy) and now does not parse is read again, a few times, for at most
+TORN_WRITE_RETRY_SECONDS, in the hope that the write in flight completes. The budget is per pass
+over the files (one call, one watcher batch), not per file, so many broken files cost one bound,
+not one each. When it runs out, the last good version stands in, and the unreadable-file log line
+says so (docs/reliability.md, "Torn writes").
 """
 
 from __future__ import annotations

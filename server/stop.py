@@ -133,9 +133,9 @@ def exit_when_stdout_is_gone(stdout_fd: int, close: Callable[[], None]) -> Calla
             _leave(close)
 
     def stop() -> None:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # the watch has ended already: nobody reads the pipe
             os.write(wake_write, b"x")
-            os.close(wake_write)
+        os.close(wake_write)
 
     threading.Thread(target=watch, name="ccweb-index-stdout", daemon=True).start()
     return stop
