@@ -229,14 +229,14 @@ def open_index(path: Path, sessions_dir: str) -> sqlite3.Connection:
 def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None) -> Index:
     """`open_index`, returning the handle. `replacing`: a handle whose files went wrong; its
     database is deleted first if it is still the one at `path` (nobody else replaced it yet)."""
+    try:  # first: our own cache directory is tightened before what is in it is judged
+        make_private_dir(path.parent, ours=path.parent == cache_dir())
+    except OSError as exc:
+        raise IndexUnavailable(f"cannot create {path.parent}: {exc.strerror or exc}") from None
     if replacing is None:
         _refuse_what_is_not_ours(path)
     else:  # what took the index's place is checked as a file at the path at the start is
         refuse_others_files(path)
-    try:
-        make_private_dir(path.parent, ours=path.parent == cache_dir())
-    except OSError as exc:
-        raise IndexUnavailable(f"cannot create {path.parent}: {exc.strerror or exc}") from None
     with _open_lock(path):
         if replacing is not None:
             if replacing.is_at_path():

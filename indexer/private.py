@@ -68,10 +68,16 @@ def open_private(path: str, *, lock: bool = False) -> int:
     """Open `path` for reading and writing, creating it 0600; an existing one is tightened first.
     What is opened is checked as it is now, whatever was checked before (`refuse_unless_own`).
     `lock`: the `.lock`, which is never followed through a symlink, and is checked for other names."""
+    flags = os.O_RDWR | os.O_CLOEXEC | (os.O_NOFOLLOW if lock else 0)
+    created = True
     with private_umask():
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | (os.O_NOFOLLOW if lock else 0), PRIVATE_FILE_MODE)
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+        except FileExistsError:  # or a symlink, which O_EXCL never follows: the database's is
+            fd, created = os.open(path, flags | (0 if lock else os.O_CREAT), PRIVATE_FILE_MODE), False
     try:
-        refuse_unless_own(path, os.fstat(fd), lock=lock)
+        if not created:  # what this process made is its own, whatever owner the filesystem reports
+            refuse_unless_own(path, os.fstat(fd), lock=lock)
         _tighten_fd(fd, path)
     except BaseException:
         os.close(fd)
@@ -130,11 +136,29 @@ def not_own_file(name: str, st: os.stat_result, *, lock: bool = False) -> str | 
         return "is a symbolic link"
     if not stat.S_ISREG(st.st_mode):
         return "is not a regular file"
-    if shared and not _owned(st):
+    if shared and not _owned(st) and st.st_uid != _uid_of_new_files(os.path.dirname(os.path.abspath(name))):
         return f"belongs to another user (uid {st.st_uid}), in a directory others can write"
     if shared and lock and st.st_nlink > 1:
         return "has other names (hard links), in a directory others can write"
     return None
+
+
+def _uid_of_new_files(directory: str) -> int | None:
+    """The owner the filesystem reports for a file this process makes in `directory` (None: none
+    can be made): not always this process's uid. NFS with root_squash, or with id maps that do not
+    match, reports `nobody`; CIFS mounted without uid=, the mount's. Asked only of a file that shows
+    another owner, by making one and removing it at once."""
+    probe = os.path.join(directory, f".ccweb-index-probe-{os.getpid()}-{threading.get_ident()}")
+    try:
+        fd = os.open(probe, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
+    except OSError:
+        return None
+    try:
+        return os.fstat(fd).st_uid
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
 
 
 def _others_can_write(directory: str) -> bool:

@@ -496,3 +496,43 @@ def test_a_symlinked_index_keeps_its_lock_and_its_checks_beside_its_file(corpus:
     assert result.exit_code == 0, result.output
     assert f"index: {target} " in result.output, result.output
     assert f"mode 0600 {target}-wal (private)" in result.output, result.output  # tightened, then listed
+
+
+@as_root
+def test_where_the_filesystem_reports_another_owner_for_our_own_files_they_are_ours(corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NFS with root_squash or unmatched id maps reports `nobody` for the files this process makes,
+    so the index it had just made, in a directory its group can write, was refused as another
+    user's (found by a review). What owner the filesystem gives a new file is asked by making one."""
+    from ccweb_index.indexer import private
+
+    corpus.write("a", session("my words"))
+    shared = tmp_path / "project"
+    shared.mkdir()
+    shared.chmod(0o2775)
+    db = shared / "x.sqlite"
+    assert cli("build", "--sessions-dir", str(corpus.path), "--db", str(db)).exit_code == 0
+    for path in shared.iterdir():
+        os.chown(path, OTHER_UID, OTHER_UID)  # as such a filesystem shows them
+    # raising=False: the code before had no such question to ask, and must fail the test, not its set-up.
+    monkeypatch.setattr(private, "_uid_of_new_files", lambda directory: OTHER_UID, raising=False)
+    result = cli("call", "ccweb_list_user_inputs", '{"conversationId": "a"}', "--sessions-dir", str(corpus.path),
+                 "--db", str(db))  # fmt: skip
+    assert result.exit_code == 0 and "my words" in result.output, result.output
+    assert sorted(path.name for path in shared.iterdir() if ".ccweb-index-probe" in path.name) == []
+
+
+def test_the_cache_directory_is_made_private_before_its_files_are_judged(corpus: Corpus, cache: Path) -> None:
+    """Our own cache directory, found open to the group, with a `.lock` that has a second name (a
+    backup by hard links): refused as if another user could have put it there, and the directory
+    never tightened (found by a review). Tightened first, it is no directory others can write."""
+    from ccweb_index.indexer.db import default_db_path
+
+    corpus.write("a", session("my words"))
+    cache.mkdir(parents=True)
+    cache.chmod(0o775)
+    lock = Path(f"{default_db_path(corpus.path)}.lock")
+    lock.write_bytes(b"")
+    os.link(lock, cache.parent / "a-backup-of-the-lock")
+    result = cli("build", "--sessions-dir", str(corpus.path))
+    assert result.exit_code == 0, result.output
+    assert mode(cache) == 0o700
