@@ -378,7 +378,9 @@ def test_a_signal_before_the_commands_take_it_leaves_quietly(
     review). The commands a signal ends leave with 0; the others with what a shell shows for it."""
     marker = tmp_path / "import-began"
     hook = SLOW_IMPORT.format(module=module, marker=str(marker))
-    err = stopped_as_it_begins(tmp_path, corpus, command, hook, marker, signum=signum, status=status)
+    # Within less than the hook holds the import (10 s): a signal Python's default answered, or one
+    # left waiting for the import to end, would not be in time; the margin is for a loaded machine.
+    err = stopped_as_it_begins(tmp_path, corpus, command, hook, marker, signum=signum, status=status, within=8.0)
     assert err == ""
 
 
@@ -391,9 +393,10 @@ def stopped_as_it_begins(
     *,
     signum: signal.Signals = signal.SIGTERM,
     status: int = 0,
+    within: float = 2.0,
 ) -> str:
     """Run `ccweb-index COMMAND` with `hook` as its sitecustomize, send it `signum` once `marker`
-    exists: it exits with `status` within 2 s. Its stderr."""
+    exists: it exits with `status` within `within` seconds. Its stderr."""
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(hook)
@@ -403,7 +406,7 @@ def stopped_as_it_begins(
     try:
         assert wait_until(marker.exists, 30), f"{marker.name}: it never began"
         os.kill(proc.pid, signum)
-        assert proc.wait(timeout=2.0) == status
+        assert proc.wait(timeout=within) == status
     finally:
         if proc.poll() is None:
             proc.kill()
