@@ -46,16 +46,23 @@ def encode(query: Sequence[Any], position: Sequence[Any]) -> str:
     return base64.urlsafe_b64encode(payload + _tag(query, payload)).rstrip(b"=").decode()
 
 
+def unpadded_b64(text: str) -> bytes | None:
+    """The bytes `text` spells in unpadded URL-safe base64, when it is their only spelling, as the
+    encoders here write it; None for anything else: b64decode skips characters outside the alphabet,
+    takes padding, and ignores the unused low bits of the last character."""
+    if not text.isascii():
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        return None
+    return raw if base64.urlsafe_b64encode(raw).rstrip(b"=").decode() == text else None
+
+
 def decode(query: Sequence[Any], cursor: str) -> list[Any]:
     """The position `encode(query, position)` was given. Raises BadCursor for anything else."""
-    if not 0 < len(cursor) <= MAX_CURSOR_CHARS or not cursor.isascii():
-        raise BadCursor
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-    except (binascii.Error, ValueError):
-        raise BadCursor from None
-    # Only the canonical spelling: b64decode skips characters outside the alphabet.
-    if base64.urlsafe_b64encode(raw).rstrip(b"=").decode() != cursor or len(raw) <= _TAG_BYTES:
+    raw = unpadded_b64(cursor) if 0 < len(cursor) <= MAX_CURSOR_CHARS else None
+    if raw is None or len(raw) <= _TAG_BYTES:
         raise BadCursor
     payload, tag = raw[:-_TAG_BYTES], raw[-_TAG_BYTES:]
     if not hmac.compare_digest(tag, _tag(query, payload)):

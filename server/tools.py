@@ -373,12 +373,7 @@ def decode_change_token(value: object) -> ChangePosition | None:
     """None when absent (or null); else the position, or `invalid_change_token`."""
     if value is None:
         return None
-    raw = None
-    if isinstance(value, str) and 0 < len(value) <= 64:
-        try:
-            raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
-        except ValueError:
-            raw = None
+    raw = cursor.unpadded_b64(value) if isinstance(value, str) and 0 < len(value) <= 64 else None
     if (
         raw is None
         or len(raw) != 8 + 8 + _TOKEN_CHECK_BYTES
