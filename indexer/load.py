@@ -430,15 +430,7 @@ def _load_in_workers(
             except OSError:
                 retire(fd)
         while queues and (todo or any(queue for _, queue in queues.values())):
-            for fd, (proc, queue) in list(queues.items()):
-                while todo and len(queue) < _queue_depth(len(todo), len(queues)) and flight.admits(todo[0]):
-                    queue.append(todo.popleft())
-                    flight.sent(queue[-1])
-                    try:
-                        _send(proc, [(w.session_id, _flat_checkpoint(w.resume_from)) for w in queue[-1]])
-                    except OSError:
-                        retire(fd)
-                        break
+            _hand_out(queues, todo, flight, retire)
             fd, results = inbox.get()
             if fd not in queues:
                 continue  # the last word of a worker retired already
@@ -454,17 +446,40 @@ def _load_in_workers(
             chunk = todo.popleft()
             yield from zip((w.session_id for w in chunk), _load_chunk(sessions_dir, chunk, max_bytes))
     finally:
-        for proc in procs:
-            with contextlib.suppress(OSError):
-                if proc.stdin is not None:
-                    proc.stdin.close()
-        for proc in procs:
+        _stop_workers(procs, readers)
+
+
+def _hand_out(
+    queues: dict[int, tuple[subprocess.Popen[bytes], deque[list[Wanted]]]],
+    todo: deque[list[Wanted]],
+    flight: _Flight,
+    retire: Callable[[int], None],
+) -> None:
+    """Top up each worker's queue from `todo`, as deep as `_queue_depth` and the budget allow."""
+    for fd, (proc, queue) in list(queues.items()):
+        while todo and len(queue) < _queue_depth(len(todo), len(queues)) and flight.admits(todo[0]):
+            queue.append(todo.popleft())
+            flight.sent(queue[-1])
             try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        for reader in readers:
-            reader.join()
+                _send(proc, [(w.session_id, _flat_checkpoint(w.resume_from)) for w in queue[-1]])
+            except OSError:
+                retire(fd)
+                break
+
+
+def _stop_workers(procs: list[subprocess.Popen[bytes]], readers: list[threading.Thread]) -> None:
+    """End of input tells a worker to exit; one that does not is killed."""
+    for proc in procs:
+        with contextlib.suppress(OSError):
+            if proc.stdin is not None:
+                proc.stdin.close()
+    for proc in procs:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    for reader in readers:
+        reader.join()
 
 
 def worker_environment() -> dict[str, str]:

@@ -48,11 +48,11 @@ class Seconds(click.FloatRange):
         return seconds
 
 
-def _setup_logging(verbose: bool) -> None:
+def _setup_logging(verbose: bool, quiet: int = logging.INFO) -> None:
     # stdout is the MCP channel for `serve`; every log line goes to stderr.
     logging.basicConfig(
         stream=sys.stderr,
-        level=logging.DEBUG if verbose else logging.INFO,
+        level=logging.DEBUG if verbose else quiet,
         format="%(asctime)s ccweb-index %(levelname)s %(message)s",
     )
 
@@ -390,6 +390,19 @@ def serve(
             _restore(previous)
             raise
         return
+    _refuse_for_stdio(previous, host, port, token_file, unix_socket, allowed_host, limits)
+    _serve_stdio(sessions_dir, db, max_session_bytes, verbose, source_session, no_watch, poll, max_waits)
+
+
+def _refuse_for_stdio(
+    previous: dict[signal.Signals, Any],
+    host: str | None,
+    port: int | None,
+    token_file: str | None,
+    unix_socket: str | None,
+    allowed_host: tuple[str, ...],
+    limits: dict[str, Any],
+) -> None:
     http_only = [name for name, value in (("--host", host), ("--port", port), ("--token-file", token_file),
                                           ("--unix-socket", unix_socket), ("--allowed-host", allowed_host or None))
                  if value is not None]  # fmt: skip
@@ -402,13 +415,23 @@ def serve(
         raise click.ClickException("standard output is closed, and a stdio server answers over it; "
                                    "give it a pipe, or use --transport http")  # fmt: skip
 
+
+def _serve_stdio(
+    sessions_dir: str,
+    db: str | None,
+    max_session_bytes: int,
+    verbose: bool,
+    source_session: str | None,
+    no_watch: bool,
+    poll: bool,
+    max_waits: int,
+) -> None:
     import anyio
 
     from ccweb_index.server.app import LazyService, serve_stdio
-    from ccweb_index.server.stop import client_gone
+    from ccweb_index.server.stop import STOP_SIGNALS, client_gone
 
-    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.WARNING,
-                        format="%(asctime)s ccweb-index %(levelname)s %(message)s")  # fmt: skip
+    _setup_logging(verbose, quiet=logging.WARNING)  # stderr is the MCP client's log
 
     budget = _parse_budget()  # here: the service is opened in another thread, outside click's context
 
@@ -616,11 +639,7 @@ def call(
     """Run one tool once, in-process, and print the JSON it returns (exit 1 on a tool error)."""
     from ccweb_index.server.unparsed import holds_lone_surrogate, parse_error_message
 
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=logging.DEBUG if verbose else logging.WARNING,
-        format="%(asctime)s ccweb-index %(levelname)s %(message)s",
-    )
+    _setup_logging(verbose, quiet=logging.WARNING)
     try:
         arguments = json.loads(args_json)
     except json.JSONDecodeError as exc:
