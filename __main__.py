@@ -17,7 +17,8 @@ hundred milliseconds, and two things cannot wait that long:
   limit of a dozen, where thousands were allowed, ended a stdio server in a traceback. Where even
   the hard limit is too low, running out of descriptors ends the command in one line.
 
-What it imports here is the standard library's, through two modules that import nothing else.
+What it imports before its handlers are in place is the standard library's `os`, `signal`,
+`resource` and `sys`, through one module of ours (server.process) that imports nothing else.
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ import signal
 import sys
 from typing import Any, NoReturn
 
-from ccweb_index.server.limits import raise_nofile
-from ccweb_index.server.stop import STOP_SIGNALS, leaves
+from ccweb_index.server.process import STOP_SIGNALS, leaves, raise_nofile
 
 # The commands that run until a signal ends them.
 _ENDED_BY_SIGNAL = ("serve", "watch")

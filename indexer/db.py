@@ -38,6 +38,7 @@ from ccweb_index.indexer.private import (
     prepare_database,
     refuse_inside_sessions,
     refuse_others_files,
+    refuse_others_link,
 )
 from ccweb_index.indexer.stored import STORED_CHARS_KEY
 from ccweb_index.indexer.tuning import BUSY_TIMEOUT_ENV, milliseconds_from_env
@@ -85,12 +86,16 @@ def default_db_path(sessions_dir: str | os.PathLike[str]) -> Path:
 
 
 def resolve_db_path(sessions_dir: str | os.PathLike[str], db: str | os.PathLike[str] | None) -> Path:
-    """The index path; raises IndexInsideSessions if it is inside the (read-only) sessions directory.
-    A symlink there is resolved: SQLite keeps the -wal and -shm beside the file the link leads to,
-    and so the `.lock`, every check of those files, and their sizes in `status` go there too."""
+    """The index path; raises IndexInsideSessions if it is inside the (read-only) sessions directory,
+    IndexMismatch if it is a symlink another user put where others decide. A symlink is resolved:
+    SQLite keeps the -wal and -shm beside the file the link leads to, and so the `.lock`, every
+    check of those files, and their sizes in `status` go there too."""
     path = Path(db) if db else default_db_path(sessions_dir)
     refuse_inside_sessions(path, sessions_dir)
-    return Path(os.path.realpath(path)) if os.path.islink(path) else path
+    if not os.path.islink(path):
+        return path
+    refuse_others_link(path)
+    return Path(os.path.realpath(path))
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -226,13 +231,20 @@ def open_index(path: Path, sessions_dir: str) -> sqlite3.Connection:
     return open_handle(path, sessions_dir).conn
 
 
-def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None) -> Index:
+def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None, follow: bool = True) -> Index:
     """`open_index`, returning the handle. `replacing`: a handle whose files went wrong; its
-    database is deleted first if it is still the one at `path` (nobody else replaced it yet)."""
+    database is deleted first if it is still the one at `path` (nobody else replaced it yet).
+    `follow`: whether a symlink at `path` may be followed. Not once an index was open there: the
+    path given was resolved then (resolve_db_path), so a link at it came since, put by whoever can
+    write the directory (an independent review had one to another program's database, put in a
+    running server's index's place, migrated into: the `.lock` beside it, signed by the server
+    itself, vouched for it)."""
     try:  # first: our own cache directory is tightened before what is in it is judged
         make_private_dir(path.parent, ours=path.parent == cache_dir())
     except OSError as exc:
         raise IndexUnavailable(f"cannot create {path.parent}: {exc.strerror or exc}") from None
+    if not follow and os.path.islink(path):
+        raise not_for_the_index(str(path), "is a symbolic link")
     if replacing is None:
         _refuse_what_is_not_ours(path)
     else:  # what took the index's place is checked as a file at the path at the start is

@@ -65,6 +65,7 @@ class IndexHandle:
         self._replace: str | None = None  # why the index must be replaced before it is used again
         self._faulty = False
         self._needs_reconcile = False  # a replaced index is empty until brought in line
+        self._was_open = False  # then a symlink at the path came since it was resolved (open_handle)
 
     # --- state ------------------------------------------------------------------------------------
 
@@ -170,7 +171,13 @@ class IndexHandle:
 
     def _open(self, replacing: Index | None) -> bool:
         try:
-            index = open_handle(self.path, self.sessions_dir, replacing=replacing)
+            index = open_handle(self.path, self.sessions_dir, replacing=replacing, follow=not self._was_open)
+        except IndexMismatch as exc:
+            if replacing is not None:  # what took the index's place is not ours: this one is done with
+                replacing.close()
+                self._index = None
+                self._reason = str(exc)
+            raise  # a configuration error (docs/decisions.md): `failed` says it, once
         except (IndexFailure, OSError) as exc:
             self._index = None
             self._reason = str(exc)
@@ -181,6 +188,7 @@ class IndexHandle:
             return False
         self._index = index
         self._replace = None
+        self._was_open = True
         self._faults.end(f"the index {self.path} is open")
         return True
 

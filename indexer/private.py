@@ -96,14 +96,14 @@ def refuse_others_files(path: Path) -> os.stat_result | None:
     """The database's status (None: there is none yet). Raises IndexMismatch when a file the index
     at `path` would use exists and cannot be one of its files (`not_own_file`).
 
-    The index holds the user's words, so in a directory others can write (a shared /tmp, a group's
-    project directory) it goes only into files only the user decides about: another user could
-    otherwise pre-create one of these names, as a file of theirs to read the words from or to forge
-    them in, or as a symlink or a hard link to a file of the user's, which opening the index would
-    truncate and chmod (found by an independent test: a session file, through the `.lock`). In a
-    directory only its owner can write, what is there was put there by the owner or by root, and a
-    file reported as another user's is taken as it comes (a network filesystem may report every file
-    as `nobody`)."""
+    The index holds the user's words, so in a directory others decide about (one others can write,
+    a shared /tmp, a group's project directory; or another user's own) it goes only into files only
+    the user decides about: another user could otherwise pre-create one of these names, as a file of
+    theirs to read the words from or to forge them in, or as a symlink or a hard link to a file of
+    the user's, which opening the index would truncate and chmod (found by an independent test: a
+    session file, through the `.lock`). In a directory of the user's or root's that only its owner
+    can write, what is there was put there by the user or by root, and a file reported as another
+    user's is taken as it comes (a network filesystem may report every file as `nobody`)."""
     found = {}
     for name in index_files(path):
         try:
@@ -130,16 +130,35 @@ def not_for_the_index(name: str, problem: str) -> IndexMismatch:
 
 def not_own_file(name: str, st: os.stat_result, *, lock: bool = False) -> str | None:
     """Why the file `name`, with this status, cannot be one of the index's files (None: it can). In a
-    directory others can write, only the user's own file, and a `.lock` with one name, is trusted."""
-    shared = _others_can_write(os.path.dirname(os.path.abspath(name)))
+    directory others decide about, only the user's own file, and a `.lock` with one name, is trusted."""
     if stat.S_ISLNK(st.st_mode):
         return "is a symbolic link"
     if not stat.S_ISREG(st.st_mode):
         return "is not a regular file"
-    if shared and not _owned(st) and st.st_uid != _uid_of_new_files(os.path.dirname(os.path.abspath(name))):
-        return f"belongs to another user (uid {st.st_uid}), in a directory others can write"
-    if shared and lock and st.st_nlink > 1:
-        return "has other names (hard links), in a directory others can write"
+    return _not_the_users(name, st, lock=lock)
+
+
+def refuse_others_link(path: Path) -> None:
+    """Raise IndexMismatch when `path` is a symlink another user put where others decide: the index
+    would go wherever they chose, a file of theirs among the places (found by an independent review:
+    a link in a group's directory into its maker's own, where their files were taken as they came)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return  # nothing to follow: what is at the path is judged when the index is opened
+    problem = _not_the_users(str(path), st)
+    if problem is not None:
+        raise not_for_the_index(str(path), f"is a symbolic link that {problem}")
+
+
+def _not_the_users(name: str, st: os.stat_result, *, lock: bool = False) -> str | None:
+    directory = os.path.dirname(os.path.abspath(name))
+    if not others_decide(directory):
+        return None
+    if not _owned(st) and st.st_uid != _uid_of_new_files(directory):
+        return f"belongs to another user (uid {st.st_uid}), in a directory others decide about"
+    if lock and st.st_nlink > 1:
+        return "has other names (hard links), in a directory others decide about"
     return None
 
 
@@ -161,14 +180,17 @@ def _uid_of_new_files(directory: str) -> int | None:
             os.unlink(probe)
 
 
-def _others_can_write(directory: str) -> bool:
-    """Whether users other than the directory's owner can make files in it (an ACL granting it shows
-    in the group bits). Its owner, whoever it is, could replace our files there anyway."""
+def others_decide(directory: str) -> bool:
+    """Whether users other than this one and root can make or replace files in `directory`: others
+    may write it (an ACL granting it shows in the group bits), or it is another user's, who can.
+    A directory reached through a symlink is the one it leads to: a link planted in a shared
+    directory, into a directory of its maker's, was otherwise taken as a place only its owner
+    writes (found by an independent review)."""
     try:
         st = os.stat(directory)
     except OSError:
         return True  # not known: as the worst case
-    return bool(st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+    return bool(st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)) or st.st_uid not in (os.geteuid(), 0)
 
 
 def prepare_database(path: Path) -> None:

@@ -112,6 +112,8 @@ def _refusing_db_inside_sessions(command: Any) -> Any:
             resolve_db_path(kwargs["sessions_dir"], kwargs["db"])
         except IndexInsideSessions as exc:
             raise click.BadParameter(str(exc), param_hint="'--db' / CCWEB_INDEX_DB") from None
+        except IndexMismatch as exc:
+            raise click.ClickException(str(exc)) from None
         return command(*args, **kwargs)
 
     return checked
@@ -376,7 +378,7 @@ def serve(
     limits: dict[str, Any],
 ) -> None:
     """Serve the MCP tools over stdio (default) or as one shared Streamable HTTP server."""
-    from ccweb_index.server.stop import STOP_SIGNALS
+    from ccweb_index.server.process import STOP_SIGNALS
 
     # Until each transport takes SIGTERM and SIGINT itself, nothing has been served: leave at once,
     # with status 0 (the SDK's import alone takes most of a second; the default actions are 143 and
@@ -409,11 +411,12 @@ def _refuse_for_stdio(
     http_only += [option for option, field, _, _ in _LIMIT_OPTIONS if field in limits]
     if http_only:
         _restore(previous)
-        raise click.UsageError(f"{', '.join(http_only)} only apply to --transport http")
-    if not _is_open(1):  # the SDK's transport would end in a traceback
-        _restore(previous)
-        raise click.ClickException("standard output is closed, and a stdio server answers over it; "
-                                   "give it a pipe, or use --transport http")  # fmt: skip
+        raise click.UsageError(f"{', '.join(http_only)} only appl{'y' if len(http_only) > 1 else 'ies'} to --transport http")
+    for fd, stream, use in ((0, "input", "reads its requests from it"), (1, "output", "answers over it")):
+        if not _is_open(fd):  # the SDK's transport would end in a traceback
+            _restore(previous)
+            raise click.ClickException(f"standard {stream} is closed, and a stdio server {use}; "
+                                       "give it a pipe, or use --transport http")  # fmt: skip
 
 
 def _serve_stdio(
@@ -429,7 +432,8 @@ def _serve_stdio(
     import anyio
 
     from ccweb_index.server.app import LazyService, serve_stdio
-    from ccweb_index.server.stop import STOP_SIGNALS, client_gone
+    from ccweb_index.server.process import STOP_SIGNALS
+    from ccweb_index.server.stop import client_gone
 
     _setup_logging(verbose, quiet=logging.WARNING)  # stderr is the MCP client's log
 
@@ -648,6 +652,7 @@ def call(
         raise click.UsageError("ARGS_JSON must be a JSON object, e.g. '{\"limit\": 5}'")
     if holds_lone_surrogate(arguments):  # refused as every transport refuses it (server/unparsed.py)
         raise click.UsageError(f"ARGS_JSON: {parse_error_message('', arguments)}")
+    _require_dir(sessions_dir)  # else an empty answer, and an index made for a mistyped directory
     service = _open_service(sessions_dir, db, max_session_bytes)
     service.start()
     result = service.call(tool, arguments, source_session)
@@ -669,7 +674,11 @@ def status(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: b
 
     _setup_logging(verbose)
     path = resolve_db_path(sessions_dir, db)
-    if not path.exists():  # a look makes no index: one made here would belong to a mistyped directory
+    try:
+        exists = path.exists()
+    except OSError as exc:  # a directory on the way this user cannot search
+        raise click.ClickException(f"cannot look at the index {path}: {exc.strerror or exc}") from None
+    if not exists:  # a look makes no index: one made here would belong to a mistyped directory
         missing = "" if os.path.isdir(sessions_dir) else " (missing)"
         _say(f"sessions directory: {os.path.abspath(sessions_dir)}{missing}")
         _say(f"index: none yet at {path}; `ccweb-index build` makes it (so do `serve` and `watch`)")

@@ -59,8 +59,8 @@ from ccweb_index.server.limits import (
     client_lines_throttled,
     fit_to_descriptors,
     protocol_class,
-    raise_nofile,
 )
+from ccweb_index.server.process import raise_nofile
 from ccweb_index.server.tools import DEFAULT_MAX_WAITS
 
 log = logging.getLogger("ccweb_index")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import resource
 import socket
 import struct
 import threading
@@ -76,18 +75,6 @@ class LimitsError(Exception):
 
 
 # --- descriptors ---------------------------------------------------------------------------------
-
-
-def raise_nofile() -> int:
-    """Raise the soft RLIMIT_NOFILE to the hard limit; returns the soft limit now in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError) as exc:
-            log.warning("cannot raise the open-files limit from %d to %d: %s", soft, hard, exc)
-    return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
 def fit_to_descriptors(limits: Limits, listeners: int, nofile: int) -> Limits:

@@ -23,16 +23,14 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NoReturn
+
+from ccweb_index.server.process import STOP_SIGNALS, leaves
 
 if TYPE_CHECKING:
     from mcp.shared.message import SessionMessage
 
-# The signals that end a server; both are taken as SIGTERM is (see the module's docstring). This
-# module imports nothing but the standard library at its top: `serve` imports it to take these
-# first thing, and its functions import anyio when they run.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # How long, after SIGTERM, the last answers have to be written before the process exits anyway.
 STOP_GRACE_SECONDS = 0.8
 _POLL_SECONDS = 0.005
@@ -154,15 +152,6 @@ def client_gone(exc: BaseException) -> bool:
     # Asked after the loop has ended, so the cancellation is asyncio's own (the loop `serve` runs).
     followers = (*gone, anyio.BrokenResourceError, anyio.ClosedResourceError, asyncio.CancelledError)
     return any(isinstance(leaf, gone) for leaf in found) and all(isinstance(leaf, followers) for leaf in found)
-
-
-def leaves(exc: BaseException) -> Iterator[BaseException]:
-    """The exceptions in `exc`, and in the groups within it, that are not groups."""
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            yield from leaves(inner)
-    else:
-        yield exc
 
 
 class SilentAfterHangUp:

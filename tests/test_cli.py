@@ -32,11 +32,25 @@ def test_build_is_incremental_and_prints_a_summary(corpus: Corpus, db_path: Path
     assert "1 sessions, 2 user inputs, 1 unreadable; read 1 files, removed 1" in again.stderr
 
 
-def test_build_of_a_missing_directory_fails_clearly(tmp_path: Path, db_path: Path) -> None:
-    result = cli("build", "--sessions-dir", str(tmp_path / "nope"), "--db", str(db_path))
-    assert result.returncode != 0
+@pytest.mark.parametrize("command", [("build",), ("call", "ccweb_list_conversations")], ids=" ".join)
+def test_a_missing_directory_fails_clearly(tmp_path: Path, db_path: Path, command: tuple[str, ...]) -> None:
+    """`call` answered an empty list for a mistyped directory, and made an index for it (found by an
+    independent test, as a new user)."""
+    result = cli(*command, "--sessions-dir", str(tmp_path / "nope"), "--db", str(db_path))
+    assert result.returncode == 1, result.stderr
     assert "does not exist" in result.stderr
     assert "Traceback" not in result.stderr
+    assert not db_path.exists()
+
+
+def test_status_of_an_index_it_cannot_look_at_says_so(tmp_path: Path, corpus: Corpus) -> None:
+    """A path `stat` fails on (a directory on the way this user cannot search; here, as root can
+    search any, a name too long) ended `status` in a traceback (found by an independent test, as a
+    new user)."""
+    db = tmp_path / ("x" * 300 + ".sqlite")
+    result = cli("status", "--sessions-dir", str(corpus.path), "--db", str(db))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"cannot look at the index {db}: File name too long" in result.stderr, result.stderr
 
 
 def test_call_prints_the_tool_json_and_exits_1_on_a_tool_error(corpus: Corpus, db_path: Path) -> None:

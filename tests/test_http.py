@@ -451,7 +451,9 @@ def test_a_non_loopback_address_gets_the_default_token(tmp_path: Path, corpus: C
 
 def test_http_only_options_are_refused_for_stdio(corpus: Corpus, db_path: Path) -> None:
     result = cli("serve", "--port", "9", "--sessions-dir", str(corpus.path), "--db", str(db_path))
-    assert result.returncode == 2 and "only apply to --transport http" in result.stderr
+    assert result.returncode == 2 and "--port only applies to --transport http" in result.stderr, result.stderr
+    result = cli("serve", "--port", "9", "--host", "::1", "--sessions-dir", str(corpus.path), "--db", str(db_path))
+    assert result.returncode == 2 and "--host, --port only apply to --transport http" in result.stderr, result.stderr
 
 
 # --- the watcher, health ----------------------------------------------------------------------------

@@ -473,7 +473,7 @@ def test_stdio_rejects_the_http_limits(tmp_path: Path, corpus: Corpus, db_path: 
     for option in (("--max-calls", "4"), ("--read-timeout", "3"), ("--unix-socket", str(tmp_path / "s"))):
         result = subprocess.run([CCWEB_INDEX, "serve", *option, "--sessions-dir", str(corpus.path), "--db", str(db_path)],
                                 capture_output=True, text=True, env=_clean_env(), timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
-        assert result.returncode == 2 and f"{option[0]} only apply to --transport http" in result.stderr, result.stderr
+        assert result.returncode == 2 and f"{option[0]} only applies to --transport http" in result.stderr, result.stderr
 
 
 @pytest.mark.skipif(os.name != "posix", reason="unix only")

@@ -479,6 +479,92 @@ def test_a_file_of_another_user_put_in_the_index_s_place_is_refused_too(corpus: 
     assert db.read_bytes() == b"" and db.stat().st_uid == OTHER_UID
 
 
+def _their_directory(tmp_path: Path) -> Path:
+    """A directory of another user's that only they can write, holding an index's files of theirs."""
+    theirs = tmp_path / "their-home"
+    theirs.mkdir(mode=0o755)
+    for suffix in ("", "-wal", "-shm", ".lock"):
+        planted = theirs / f"trap.sqlite{suffix}"
+        planted.write_bytes(b"")
+        planted.chmod(0o666)
+        os.chown(planted, OTHER_UID, OTHER_UID)
+    os.chown(theirs, OTHER_UID, OTHER_UID)
+    return theirs
+
+
+@as_root
+def test_a_link_another_user_put_where_others_decide_is_refused(corpus: Corpus, tmp_path: Path) -> None:
+    """In a group's project directory, another user's symlink at the index path, into a directory of
+    theirs: every check was asked of the directory the link leads to, which only they can write, so
+    their files were taken as they came and received the user's words (an independent review)."""
+    corpus.write("a", session("my words"))
+    theirs = _their_directory(tmp_path)
+    project = tmp_path / "project"
+    project.mkdir()
+    project.chmod(0o2777)
+    db = project / "x.sqlite"
+    db.symlink_to(theirs / "trap.sqlite")
+    os.lchown(db, OTHER_UID, OTHER_UID)
+    before = kept(sorted(theirs.iterdir()))
+    result = cli("build", "--sessions-dir", str(corpus.path), "--db", str(db))
+    message = " ".join(result.output.split())
+    assert result.exit_code == 1, result.output
+    assert f"{db} is a symbolic link that belongs to another user (uid {OTHER_UID})" in message, result.output
+    assert kept(sorted(theirs.iterdir())) == before
+
+
+@as_root
+def test_in_a_directory_of_another_user_their_files_are_refused(corpus: Corpus, tmp_path: Path) -> None:
+    """Only its owner can write it, but its owner is not the user: they put the files there, and can
+    read what goes into them (an independent review, through a symlink of theirs)."""
+    corpus.write("a", session("my words"))
+    theirs = _their_directory(tmp_path)
+    before = kept(sorted(theirs.iterdir()))
+    result = cli("build", "--sessions-dir", str(corpus.path), "--db", str(theirs / "trap.sqlite"))
+    assert result.exit_code == 1, result.output
+    assert f"belongs to another user (uid {OTHER_UID})" in " ".join(result.output.split()), result.output
+    assert kept(sorted(theirs.iterdir())) == before
+
+
+def test_a_link_put_in_the_index_s_place_is_not_followed(
+    corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a server runs, its index replaced by a symlink to another program's database: the signed
+    `.lock` beside it, written by the server itself, vouched for it, and the database was made 0600,
+    put in WAL mode and migrated into (an independent review). It answers from the files instead,
+    and the next try to open the index, after no back-off here, follows no link either."""
+    from ccweb_index.indexer import handle
+
+    monkeypatch.setattr(handle, "BACK_OFF_SECONDS", (0.0, 0.0))
+    corpus.write("a", session("my words"))
+    app = tmp_path / "app.sqlite"
+    with sqlite3.connect(app) as conn:
+        conn.execute("CREATE TABLE bookmarks (url)")
+    conn.close()
+    app.chmod(0o644)
+    db = tmp_path / "project" / "x.sqlite"
+    db.parent.mkdir()
+    svc = Service(corpus.path, db)
+    svc.start()
+    try:
+        assert svc.call("ccweb_list_user_inputs", {"conversationId": "a"}, None).payload["inputs"]
+        before = kept([app])
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        db.symlink_to(app)
+        corpus.write("b", session("more of my words"))
+        for _ in range(3):  # the replacement, then opens after its back-off
+            result = svc.call("ccweb_list_user_inputs", {"conversationId": "b"}, None)
+            assert [item["content"] for item in result.payload["inputs"]] == ["more of my words"]  # from the files
+    finally:
+        svc.close()
+    assert kept([app]) == before
+    with sqlite3.connect(f"file:{app}?mode=ro", uri=True) as conn:
+        assert [row[0] for row in conn.execute("SELECT name FROM sqlite_master")] == ["bookmarks"]
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    conn.close()
+
+
 def test_a_symlinked_index_keeps_its_lock_and_its_checks_beside_its_file(corpus: Corpus, tmp_path: Path) -> None:
     """SQLite keeps the -wal and -shm beside the file a symlink leads to, but their modes were
     tightened, and `status` measured and listed them, beside the link: a -wal another user made

@@ -174,9 +174,13 @@ def test_claude_codes_exit_during_a_wait_answers_it_and_exits_0(server: Server) 
     assert code == 0, (code, log)
     assert "Traceback" not in log and "Aborted" not in log and "KeyboardInterrupt" not in log, log
     assert server.proc.stdout is not None
-    (answer,) = [json.loads(line) for line in server.proc.stdout.read().splitlines()]
-    assert answer["id"] == request_id and "result" in answer, answer  # not "Connection closed"
-    assert json.loads(answer["result"]["content"][0]["text"])["timedOut"] is True
+    answers = [json.loads(line) for line in server.proc.stdout.read().splitlines()]
+    # Answered `timedOut` (not "Connection closed"), or, when the cancel reached the server before
+    # the SIGINT was acted on (a loaded machine), not at all: a cancelled request gets no answer.
+    assert len(answers) <= 1, answers
+    for answer in answers:
+        assert answer["id"] == request_id and "result" in answer, answer
+        assert json.loads(answer["result"]["content"][0]["text"])["timedOut"] is True
 
 
 @pytest.mark.parametrize("stdin", ["closed too", "kept open"])
@@ -206,15 +210,22 @@ def test_a_client_gone_from_stdout_ends_the_server_quietly(tmp_path: Path, corpu
     assert "Traceback" not in log and "BrokenPipe" not in log, log
 
 
-def test_a_stdio_server_without_stdout_says_so(tmp_path: Path, corpus: Corpus) -> None:
-    """Started with fd 1 closed, it ended in the SDK's traceback (and, since the server watches its
-    stdout for a client gone, in one of ours)."""
+@pytest.mark.parametrize(
+    ("fd", "says"),
+    [
+        (0, "standard input is closed, and a stdio server reads its requests from it"),
+        (1, "standard output is closed, and a stdio server answers over it"),
+    ],
+)
+def test_a_stdio_server_without_stdin_or_stdout_says_so(tmp_path: Path, corpus: Corpus, fd: int, says: str) -> None:
+    """Started with fd 0 or fd 1 closed, it ended in the SDK's traceback (and, without stdout, since
+    the server watches its stdout for a client gone, in one of ours)."""
     command = [CCWEB_INDEX, "serve", "--sessions-dir", str(corpus.path), "--db", str(tmp_path / "i.sqlite")]
-    done = subprocess.run(command, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=clean_env(),
-                          preexec_fn=lambda: os.close(1), timeout=60)  # fmt: skip
+    done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          env=clean_env(), preexec_fn=lambda: os.close(fd), timeout=60)  # fmt: skip
     err = done.stderr.decode()
     assert done.returncode == 1 and "Traceback" not in err, err
-    assert err.strip() == "Error: standard output is closed, and a stdio server answers over it; give it a pipe, or use --transport http"
+    assert err.strip() == f"Error: {says}; give it a pipe, or use --transport http"
 
 
 SLOW_FIRST_PASS = """
@@ -339,7 +350,7 @@ class _SlowImport:
     def find_spec(self, name, path=None, target=None):
         if name == {module!r}:
             Path({marker!r}).touch()
-            time.sleep(10)
+            time.sleep(30)
         return None
 
 sys.meta_path.insert(0, _SlowImport())
@@ -378,9 +389,10 @@ def test_a_signal_before_the_commands_take_it_leaves_quietly(
     review). The commands a signal ends leave with 0; the others with what a shell shows for it."""
     marker = tmp_path / "import-began"
     hook = SLOW_IMPORT.format(module=module, marker=str(marker))
-    # Within less than the hook holds the import (10 s): a signal Python's default answered, or one
-    # left waiting for the import to end, would not be in time; the margin is for a loaded machine.
-    err = stopped_as_it_begins(tmp_path, corpus, command, hook, marker, signum=signum, status=status, within=8.0)
+    # Within less than the hook holds the import (30 s): a signal Python's default answered, or one
+    # left waiting for the import to end, would not be in time; the margin is for a loaded machine
+    # (8 s was not enough once, at a load average of 6-7 on 2 cores).
+    err = stopped_as_it_begins(tmp_path, corpus, command, hook, marker, signum=signum, status=status, within=20.0)
     assert err == ""
 
 
