@@ -436,6 +436,7 @@ def _serve_stdio(
     from ccweb_index.server.stop import client_gone
 
     _setup_logging(verbose, quiet=logging.WARNING)  # stderr is the MCP client's log
+    _warn_of_a_bad_source(source_session)
 
     budget = _parse_budget()  # here: the service is opened in another thread, outside click's context
 
@@ -477,6 +478,19 @@ def _serve_stdio(
         service.close()
     if service.error is not None:
         raise service.error
+
+
+def _warn_of_a_bad_source(source: str | None) -> None:
+    """Said once at start: each call that needs the source would only answer missing_source_conversation
+    (an independent test started a server with the README's `<conversationId>` placeholder left in)."""
+    from ccweb_index.indexer.sessionfile import is_valid_id
+
+    if source is not None and not is_valid_id(source):
+        shown = repr(source) if len(source) <= 80 else f"{source[:80]!r}..."
+        logging.getLogger("ccweb_index").warning(
+            "the source conversation %s (CCWEB_SOURCE_SESSION_ID or --source-session) is not a conversation "
+            "id: calls that need it will answer missing_source_conversation", shown
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -143,3 +143,15 @@ def test_call_writes_utf8_whatever_the_locale(corpus: Corpus, db_path: Path) -> 
     result = subprocess.run(args, capture_output=True, env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.decode("utf-8"))["inputs"][0]["content"] == "修复登录 — ship it 🚀"
+
+
+@pytest.mark.parametrize("source", ["<conversationId>", "orchestrator"])
+def test_a_stdio_server_told_a_source_that_is_no_id_says_so_at_start(corpus: Corpus, db_path: Path, source: str) -> None:
+    """The README's placeholder left in: the server started without a word, and each call needing
+    the source answered missing_source_conversation (found by an independent test, as a new user)."""
+    result = subprocess.run([CCWEB_INDEX, "serve", "--sessions-dir", str(corpus.path), "--db", str(db_path)],
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "CCWEB_SOURCE_SESSION_ID": source})  # fmt: skip
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    said = f"the source conversation {source!r} (CCWEB_SOURCE_SESSION_ID or --source-session) is not a conversation id"
+    assert (said in result.stderr) == (source == "<conversationId>"), result.stderr
