@@ -29,12 +29,13 @@ from typing import BinaryIO
 import platformdirs
 
 from ccweb_index.indexer import stored as _stored
-from ccweb_index.indexer.errors import IndexBroken, IndexMismatch, IndexUnavailable, translate
+from ccweb_index.indexer.errors import IndexBroken, IndexInsideSessions, IndexMismatch, IndexUnavailable, translate
 from ccweb_index.indexer.private import (
     make_private_dir,
     not_for_the_index,
     not_own_file,
     open_private,
+    others_decide,
     prepare_database,
     refuse_inside_sessions,
     refuse_others_files,
@@ -172,7 +173,11 @@ def _signed(lock_path: str) -> bool:
     except OSError:
         return False
     with open(fd, "rb") as f:
-        # Anyone can write the signature: only the user's own .lock is believed.
+        # Anyone can write the signature: only the user's own .lock is believed, and only where no
+        # one else decides what sits beside it (a group's member renamed another database of the
+        # user's into the index's place, and it was migrated into: an independent review).
+        if others_decide(os.path.dirname(os.path.abspath(lock_path))):
+            return False
         return not_own_file(lock_path, os.fstat(fd), lock=True) is None and f.read(len(LOCK_SIGNATURE) + 1) == LOCK_SIGNATURE
 
 
@@ -195,6 +200,7 @@ class Index:
         self._size = st.st_size
         # Absent when the journal is not WAL (e.g. a filesystem without shared memory).
         self._side = {suffix: _file_id(f"{path}{suffix}") for suffix in _SIDE_FILES}
+        self.directory = _file_id(str(path.parent))  # where it was opened: open_handle's `settled_in`
 
     def problem(self) -> str | None:
         """Why this connection no longer serves the index at its path, or None. A few stats."""
@@ -231,24 +237,23 @@ def open_index(path: Path, sessions_dir: str) -> sqlite3.Connection:
     return open_handle(path, sessions_dir).conn
 
 
-def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None, follow: bool = True) -> Index:
+def open_handle(
+    path: Path, sessions_dir: str, *, replacing: Index | None = None, settled_in: tuple[int, int] | None = None
+) -> Index:
     """`open_index`, returning the handle. `replacing`: a handle whose files went wrong; its
     database is deleted first if it is still the one at `path` (nobody else replaced it yet).
-    `follow`: whether a symlink at `path` may be followed. Not once an index was open there: the
-    path given was resolved then (resolve_db_path), so a link at it came since, put by whoever can
-    write the directory (an independent review had one to another program's database, put in a
-    running server's index's place, migrated into: the `.lock` beside it, signed by the server
-    itself, vouched for it)."""
+    `settled_in`: the identity of the index's directory when this caller last had an index open at
+    `path` (None: never); see `_refuse_what_came_since`."""
     try:  # first: our own cache directory is tightened before what is in it is judged
         make_private_dir(path.parent, ours=path.parent == cache_dir())
     except OSError as exc:
         raise IndexUnavailable(f"cannot create {path.parent}: {exc.strerror or exc}") from None
-    if not follow and os.path.islink(path):
-        raise not_for_the_index(str(path), "is a symbolic link")
-    if replacing is None:
+    if settled_in is not None:
+        _refuse_what_came_since(path, sessions_dir, settled_in)
+    if replacing is not None and replacing.is_at_path():
+        refuse_others_files(path)  # the index in use, to be discarded
+    else:  # what took the index's place is judged as a file at the path at the start is
         _refuse_what_is_not_ours(path)
-    else:  # what took the index's place is checked as a file at the path at the start is
-        refuse_others_files(path)
     with _open_lock(path):
         if replacing is not None:
             if replacing.is_at_path():
@@ -290,6 +295,27 @@ def open_handle(path: Path, sessions_dir: str, *, replacing: Index | None = None
 
 # The first bytes of every SQLite database file.
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _refuse_what_came_since(path: Path, sessions_dir: str, settled_in: tuple[int, int]) -> None:
+    """Raise IndexMismatch when what is at `path` now is not where an index was open before: the
+    path was resolved when it was given (resolve_db_path), so a symlink at it, or another directory
+    in its directory's place, came since, put by whoever can write that directory or one above it.
+    An independent review had a link to another program's database migrated into, and a group's
+    project directory's member swap the user's private index directory for theirs, or a link to
+    the sessions directory, while a server ran. Our own cache directory, deleted as a cache may be,
+    is made again."""
+    if path.parent != cache_dir() and _file_id(str(path.parent)) != settled_in:
+        raise IndexMismatch(
+            f"the index's directory {path.parent} was replaced while this process used it, so the "
+            "index is not made again there; restart the command to use the directory now at that path"
+        )
+    if os.path.islink(path):
+        raise not_for_the_index(str(path), "is a symbolic link")
+    try:
+        refuse_inside_sessions(path, sessions_dir)
+    except IndexInsideSessions as exc:
+        raise IndexMismatch(str(exc)) from None
 
 
 def _refuse_what_is_not_ours(path: Path) -> None:

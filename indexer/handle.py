@@ -65,7 +65,7 @@ class IndexHandle:
         self._replace: str | None = None  # why the index must be replaced before it is used again
         self._faulty = False
         self._needs_reconcile = False  # a replaced index is empty until brought in line
-        self._was_open = False  # then a symlink at the path came since it was resolved (open_handle)
+        self._settled_in: tuple[int, int] | None = None  # the index's directory when last open (open_handle)
 
     # --- state ------------------------------------------------------------------------------------
 
@@ -171,7 +171,7 @@ class IndexHandle:
 
     def _open(self, replacing: Index | None) -> bool:
         try:
-            index = open_handle(self.path, self.sessions_dir, replacing=replacing, follow=not self._was_open)
+            index = open_handle(self.path, self.sessions_dir, replacing=replacing, settled_in=self._settled_in)
         except IndexMismatch as exc:
             if replacing is not None:  # what took the index's place is not ours: this one is done with
                 replacing.close()
@@ -188,7 +188,7 @@ class IndexHandle:
             return False
         self._index = index
         self._replace = None
-        self._was_open = True
+        self._settled_in = index.directory
         self._faults.end(f"the index {self.path} is open")
         return True
 

@@ -202,6 +202,10 @@ def prepare_database(path: Path) -> None:
     os.close(open_private(str(path)))
     real = os.path.realpath(path)
     for suffix in ("-wal", "-shm"):
+        # Judged again here, the moment before SQLite opens them: one another user made since the
+        # first look was only warned about, and received the user's words (an independent review).
+        with contextlib.suppress(FileNotFoundError):
+            refuse_unless_own(f"{real}{suffix}", os.lstat(f"{real}{suffix}"))
         tighten(f"{real}{suffix}", writable=True)
 
 

@@ -565,6 +565,77 @@ def test_a_link_put_in_the_index_s_place_is_not_followed(
     conn.close()
 
 
+@pytest.mark.parametrize("what", ["a directory", "a link to the sessions directory"])
+def test_the_index_s_directory_swapped_under_a_server_is_not_followed(
+    corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str
+) -> None:
+    """The user's private index directory, inside a group's project directory, swapped by a member
+    of the group for a directory of theirs (or a link to the sessions directory) while a server ran:
+    the server made its index again there, and the other user read the user's words from a -wal
+    they had put beside it (an independent review). It answers from the files instead."""
+    from ccweb_index.indexer import handle
+
+    monkeypatch.setattr(handle, "BACK_OFF_SECONDS", (0.0, 0.0))
+    corpus.write("a", session("my words"))
+    project = tmp_path / "project"
+    project.mkdir()
+    project.chmod(0o2777)
+    mine = project / "me"
+    mine.mkdir(mode=0o700)
+    svc = Service(corpus.path, mine / "x.sqlite")
+    svc.start()
+    try:
+        assert svc.call("ccweb_list_user_inputs", {"conversationId": "a"}, None).payload["inputs"]
+        mine.rename(project / "me.old")
+        if what == "a directory":
+            mine.mkdir()
+            mine.chmod(0o777)
+        else:
+            mine.symlink_to(corpus.path)
+        before = sorted(os.listdir(corpus.path))
+        corpus.write("b", session("more of my words"))
+        for _ in range(3):  # the replacement, then opens after its back-off
+            result = svc.call("ccweb_list_user_inputs", {"conversationId": "b"}, None)
+            assert [item["content"] for item in result.payload["inputs"]] == ["more of my words"]  # from the files
+    finally:
+        svc.close()
+    assert sorted(os.listdir(mine)) == (sorted([*before, "b.json"]) if what != "a directory" else [])
+
+
+def test_another_database_of_the_user_s_renamed_into_the_index_s_place_is_refused(
+    corpus: Corpus, tmp_path: Path
+) -> None:
+    """In a group's project directory (not sticky), a member renamed another database of the user's
+    into the index's place: a running server migrated into it, and so did the next command, the
+    `.lock` the user's own runs had signed vouching for what sat beside it (an independent review).
+    There, the `.lock` vouches for nothing: the file must hold our index."""
+    corpus.write("a", session("my words"))
+    project = tmp_path / "project"
+    project.mkdir()
+    project.chmod(0o2775)
+    db, app = project / "x.sqlite", project / "app.sqlite"
+    with sqlite3.connect(app) as conn:
+        conn.execute("CREATE TABLE bookmarks (url)")
+    conn.close()
+    svc = Service(corpus.path, db)
+    svc.start()
+    try:
+        assert svc.call("ccweb_list_user_inputs", {"conversationId": "a"}, None).payload["inputs"]
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        app.rename(db)
+        corpus.write("b", session("more of my words"))
+        result = svc.call("ccweb_list_user_inputs", {"conversationId": "b"}, None)
+        assert [item["content"] for item in result.payload["inputs"]] == ["more of my words"]  # from the files
+    finally:
+        svc.close()
+    result = cli("build", "--sessions-dir", str(corpus.path), "--db", str(db))
+    assert result.exit_code == 1 and "holding bookmarks" in " ".join(result.output.split()), result.output
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        assert [row[0] for row in conn.execute("SELECT name FROM sqlite_master")] == ["bookmarks"]
+    conn.close()
+
+
 def test_a_symlinked_index_keeps_its_lock_and_its_checks_beside_its_file(corpus: Corpus, tmp_path: Path) -> None:
     """SQLite keeps the -wal and -shm beside the file a symlink leads to, but their modes were
     tightened, and `status` measured and listed them, beside the link: a -wal another user made
