@@ -20,6 +20,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -126,7 +127,7 @@ class _Outdated(Exception):
 
 
 @contextlib.contextmanager
-def _open_lock(path: Path) -> Iterator[None]:
+def _open_lock(path: Path) -> Iterator[BinaryIO]:
     # Serialises schema creation and recovery between processes opening the same index at once.
     name = f"{path}.lock"
     try:
@@ -147,41 +148,53 @@ def _open_lock(path: Path) -> Iterator[None]:
                 time.sleep(0.01)
         try:
             _sign(lock)
-            yield
+            yield lock
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 # What this program writes in the `.lock` beside its index, and nothing else does: a `.lock` that
 # holds it says the file beside it was opened here (`_refuse_what_is_not_ours`). An empty one does
-# not: other programs leave empty `<file>.lock`s too (the filelock package among them).
+# not: other programs leave empty `<file>.lock`s too (the filelock package among them). Once the
+# database is open, the line after it names the database's file (device and inode): where others
+# decide what sits beside the `.lock`, it vouches only for that file.
 LOCK_SIGNATURE = b"ccweb-index: this file serialises the opening of the index beside it\n"
+_SIGNED_FOR = re.compile(rb"database (\d+):(\d+)\n")
 
 
-def _sign(lock: BinaryIO) -> None:
+def _sign(lock: BinaryIO, database: tuple[int, int] | None = None) -> None:
+    """Sign the `.lock`; `database`: for that file (else what it was signed for before stays)."""
     lock.seek(0)
-    if lock.read(len(LOCK_SIGNATURE) + 1) != LOCK_SIGNATURE:
-        lock.seek(0)
-        lock.truncate()
-        lock.write(LOCK_SIGNATURE)
-        lock.flush()
+    held = lock.read(len(LOCK_SIGNATURE) + 64)
+    wanted = LOCK_SIGNATURE + (b"" if database is None else b"database %d:%d\n" % database)
+    if held == wanted or (database is None and held.startswith(LOCK_SIGNATURE)):
+        return
+    lock.seek(0)
+    lock.truncate()
+    lock.write(wanted)
+    lock.flush()
 
 
-def _signed(lock_path: str) -> bool:
+def _signed(lock_path: str, database: Path) -> bool:
+    """Whether the `.lock` at `lock_path` vouches for `database` (`_refuse_what_is_not_ours`)."""
     try:
         fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     with open(fd, "rb") as f:
-        # Anyone can write the signature: only the user's own .lock is believed, and only where no
-        # one else decides what sits beside it (a group's member renamed another database of the
-        # user's into the index's place, and it was migrated into: an independent review).
-        if others_decide(os.path.dirname(os.path.abspath(lock_path))):
+        # Anyone can write the signature: only the user's own .lock is believed.
+        held = f.read(len(LOCK_SIGNATURE) + 64)
+        if not_own_file(lock_path, os.fstat(fd), lock=True) is not None or not held.startswith(LOCK_SIGNATURE):
             return False
-        return not_own_file(lock_path, os.fstat(fd), lock=True) is None and f.read(len(LOCK_SIGNATURE) + 1) == LOCK_SIGNATURE
+    if not others_decide(os.path.dirname(os.path.abspath(lock_path))):
+        return True
+    # Where others decide, for the file it was signed for only: a group's member renamed another
+    # database of the user's into the index's place, and it was migrated into (an independent review).
+    signed_for = _SIGNED_FOR.fullmatch(held[len(LOCK_SIGNATURE) :])
+    return signed_for is not None and (int(signed_for[1]), int(signed_for[2])) == file_id(str(database))
 
 
-def _file_id(path: str) -> tuple[int, int] | None:
+def file_id(path: str) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -196,11 +209,11 @@ class Index:
         self.path = path
         self.conn = conn
         st = os.stat(path)
-        self._main = (st.st_dev, st.st_ino)
+        self.file = (st.st_dev, st.st_ino)  # also what the `.lock` is signed for
         self._size = st.st_size
         # Absent when the journal is not WAL (e.g. a filesystem without shared memory).
-        self._side = {suffix: _file_id(f"{path}{suffix}") for suffix in _SIDE_FILES}
-        self.directory = _file_id(str(path.parent))  # where it was opened: open_handle's `settled_in`
+        self._side = {suffix: file_id(f"{path}{suffix}") for suffix in _SIDE_FILES}
+        self.directory = file_id(str(path.parent))  # where it was opened: open_handle's `settled_in`
 
     def problem(self) -> str | None:
         """Why this connection no longer serves the index at its path, or None. A few stats."""
@@ -210,18 +223,18 @@ class Index:
             return "the index file was deleted"
         except OSError as exc:
             return f"the index file cannot be looked at ({exc.strerror or exc})"
-        if (st.st_dev, st.st_ino) != self._main:
+        if (st.st_dev, st.st_ino) != self.file:
             return "the index file was replaced"
         if st.st_size < self._size:  # SQLite never shrinks it (no VACUUM, no auto_vacuum)
             return "the index file was truncated"
         self._size = st.st_size
         for suffix, expected in self._side.items():
-            if expected is not None and _file_id(f"{self.path}{suffix}") != expected:
+            if expected is not None and file_id(f"{self.path}{suffix}") != expected:
                 return f"its {suffix} file was removed or replaced"
         return None
 
     def is_at_path(self) -> bool:
-        return _file_id(str(self.path)) == self._main
+        return file_id(str(self.path)) == self.file
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
@@ -242,19 +255,19 @@ def open_handle(
 ) -> Index:
     """`open_index`, returning the handle. `replacing`: a handle whose files went wrong; its
     database is deleted first if it is still the one at `path` (nobody else replaced it yet).
-    `settled_in`: the identity of the index's directory when this caller last had an index open at
-    `path` (None: never); see `_refuse_what_came_since`."""
+    `settled_in`: the identity of the index's directory when `path` was resolved, or when this
+    caller last had an index open at `path` (None: there was none); see `_refuse_what_came_since`."""
     try:  # first: our own cache directory is tightened before what is in it is judged
-        make_private_dir(path.parent, ours=path.parent == cache_dir())
+        made = make_private_dir(path.parent, ours=path.parent == cache_dir())
     except OSError as exc:
         raise IndexUnavailable(f"cannot create {path.parent}: {exc.strerror or exc}") from None
-    if settled_in is not None:
-        _refuse_what_came_since(path, sessions_dir, settled_in)
+    if settled_in is not None:  # a directory made here, the one before deleted, is as good
+        _refuse_what_came_since(path, sessions_dir, made or settled_in)
     if replacing is not None and replacing.is_at_path():
         refuse_others_files(path)  # the index in use, to be discarded
     else:  # what took the index's place is judged as a file at the path at the start is
         _refuse_what_is_not_ours(path)
-    with _open_lock(path):
+    with _open_lock(path) as lock:
         if replacing is not None:
             if replacing.is_at_path():
                 _discard(path)
@@ -263,7 +276,7 @@ def open_handle(
         try:
             conn = connect(path)
             _migrate_and_claim(conn, sessions_dir)
-            return Index(path, conn)
+            return _signed_index(lock, path, conn)
         except IndexMismatch:
             if conn is not None:
                 conn.close()
@@ -285,7 +298,7 @@ def open_handle(
         try:
             conn = connect(path)
             _migrate_and_claim(conn, sessions_dir)
-            return Index(path, conn)
+            return _signed_index(lock, path, conn)
         except (sqlite3.Error, OSError) as exc:
             if conn is not None:
                 with contextlib.suppress(sqlite3.Error):
@@ -297,6 +310,12 @@ def open_handle(
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+def _signed_index(lock: BinaryIO, path: Path, conn: sqlite3.Connection) -> Index:
+    index = Index(path, conn)
+    _sign(lock, index.file)
+    return index
+
+
 def _refuse_what_came_since(path: Path, sessions_dir: str, settled_in: tuple[int, int]) -> None:
     """Raise IndexMismatch when what is at `path` now is not where an index was open before: the
     path was resolved when it was given (resolve_db_path), so a symlink at it, or another directory
@@ -305,7 +324,7 @@ def _refuse_what_came_since(path: Path, sessions_dir: str, settled_in: tuple[int
     project directory's member swap the user's private index directory for theirs, or a link to
     the sessions directory, while a server ran. Our own cache directory, deleted as a cache may be,
     is made again."""
-    if path.parent != cache_dir() and _file_id(str(path.parent)) != settled_in:
+    if path.parent != cache_dir() and file_id(str(path.parent)) != settled_in:
         raise IndexMismatch(
             f"the index's directory {path.parent} was replaced while this process used it, so the "
             "index is not made again there; restart the command to use the directory now at that path"
@@ -327,7 +346,7 @@ def _refuse_what_is_not_ours(path: Path) -> None:
     empty file or an SQLite database holding nothing at all. What cannot be told is refused:
     refusing costs the user a command, a wrong guess their file."""
     st = refuse_others_files(path)
-    if st is None or _signed(f"{path}.lock"):
+    if st is None or _signed(f"{path}.lock", path):
         return
     # The record before the journals: an index of an older version has an unsigned .lock, and a
     # -wal beside it whenever a process of that version has it open.

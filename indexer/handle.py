@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
-from ccweb_index.indexer.db import Index, open_handle
+from ccweb_index.indexer.db import Index, file_id, open_handle
 from ccweb_index.indexer.errors import (
     IndexBroken,
     IndexBusy,
@@ -65,7 +65,10 @@ class IndexHandle:
         self._replace: str | None = None  # why the index must be replaced before it is used again
         self._faulty = False
         self._needs_reconcile = False  # a replaced index is empty until brought in line
-        self._settled_in: tuple[int, int] | None = None  # the index's directory when last open (open_handle)
+        # The index's directory as it was when the path was resolved (just before this handle was
+        # made), then when an index was last open in it: open_handle's `settled_in`. From the start:
+        # a directory swapped before a first open that failed was taken (a review).
+        self._settled_in = file_id(str(path.parent))
 
     # --- state ------------------------------------------------------------------------------------
 
@@ -287,3 +290,4 @@ class _Connection:
         self._handle.lock.release()
         if isinstance(exc, sqlite3.Error):
             raise translate(exc) from exc
+

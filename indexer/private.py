@@ -47,21 +47,27 @@ def private_umask() -> Iterator[None]:
             os.umask(old)
 
 
-def make_private_dir(directory: Path, *, ours: bool) -> None:
-    """Create `directory` (and missing parents) 0700. `ours`: the directory is this program's own
-    (the cache directory), so an existing one that others can enter is tightened; otherwise the
-    user chose it and gets a warning instead."""
+def make_private_dir(directory: Path, *, ours: bool) -> tuple[int, int] | None:
+    """Create `directory` (and missing parents) 0700; returns its identity (device, inode) when this
+    call made it, else None. `ours`: the directory is this program's own (the cache directory), so
+    an existing one that others can enter is tightened; otherwise the user chose it and gets a
+    warning instead."""
     with private_umask():
-        directory.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+        directory.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+        try:
+            os.mkdir(directory, PRIVATE_DIR_MODE)
+            made = True
+        except FileExistsError:
+            made = False
     st = os.stat(directory)
-    if not st.st_mode & OTHERS:
-        return
-    if ours and _owned(st):
-        os.chmod(directory, stat.S_IMODE(st.st_mode) & ~OTHERS)
-        log.warning("the index directory %s was open to other users (mode %s); made it %s",
-                    directory, _octal(st.st_mode), _octal(st.st_mode & ~OTHERS))  # fmt: skip
-        return
-    _warn_dir(directory, st)
+    if st.st_mode & OTHERS:
+        if ours and _owned(st):
+            os.chmod(directory, stat.S_IMODE(st.st_mode) & ~OTHERS)
+            log.warning("the index directory %s was open to other users (mode %s); made it %s",
+                        directory, _octal(st.st_mode), _octal(st.st_mode & ~OTHERS))  # fmt: skip
+        else:
+            _warn_dir(directory, st)
+    return (st.st_dev, st.st_ino) if made else None
 
 
 def open_private(path: str, *, lock: bool = False) -> int:
@@ -159,6 +165,10 @@ def _not_the_users(name: str, st: os.stat_result, *, lock: bool = False) -> str 
         return f"belongs to another user (uid {st.st_uid}), in a directory others decide about"
     if lock and st.st_nlink > 1:
         return "has other names (hard links), in a directory others decide about"
+    if not lock and stat.S_ISREG(st.st_mode) and st.st_mode & OTHERS:
+        # Made private now, it stays open to whoever opened it before: a review had another user
+        # open an empty file of the user's, rename it into the index's place, and read the index.
+        return f"is open to other users (mode {_octal(st.st_mode)}), in a directory others decide about"
     return None
 
 

@@ -617,6 +617,7 @@ def test_another_database_of_the_user_s_renamed_into_the_index_s_place_is_refuse
     with sqlite3.connect(app) as conn:
         conn.execute("CREATE TABLE bookmarks (url)")
     conn.close()
+    app.chmod(0o600)  # private: open to others, it is refused before its contents are looked at
     svc = Service(corpus.path, db)
     svc.start()
     try:
@@ -634,6 +635,96 @@ def test_another_database_of_the_user_s_renamed_into_the_index_s_place_is_refuse
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         assert [row[0] for row in conn.execute("SELECT name FROM sqlite_master")] == ["bookmarks"]
     conn.close()
+
+
+def test_an_index_in_use_in_a_group_directory_is_opened_by_a_second_process(corpus: Corpus, tmp_path: Path) -> None:
+    """Its records still in its -wal (a first pass under way, or stopped before a checkpoint): once
+    the `.lock` vouched for nothing in such a directory, every second process (a `call`, another
+    conversation's `serve`) and every restart was refused (a review). It vouches for the file it
+    names."""
+    corpus.write("a", session("my words"))
+    project = tmp_path / "project"
+    project.mkdir()
+    project.chmod(0o2775)
+    db = project / "x.sqlite"
+    first = open_index(db, str(corpus.path))  # kept open: nothing is checkpointed into the file
+    try:
+        assert Path(f"{db}-wal").stat().st_size > 0
+        result = cli("call", "ccweb_list_user_inputs", '{"conversationId": "a"}', "--sessions-dir", str(corpus.path),
+                     "--db", str(db))  # fmt: skip
+        assert result.exit_code == 0 and "my words" in result.output, result.output
+    finally:
+        first.close()
+
+
+def test_the_index_s_directory_swapped_before_its_first_open_is_not_followed(corpus: Corpus, tmp_path: Path) -> None:
+    """Between the path's resolution and a first open (which may fail, and be tried again later),
+    the index's directory swapped for a link to the sessions directory: the checks of a running
+    server began only after a first open had worked, and the index was made in the sessions
+    directory (a review)."""
+    corpus.write("a", session("my words"))
+    project = tmp_path / "project"
+    project.mkdir()
+    project.chmod(0o2777)
+    mine = project / "me"
+    mine.mkdir(mode=0o700)
+    from ccweb_index.indexer.db import resolve_db_path
+    from ccweb_index.indexer.errors import IndexMismatch
+    from ccweb_index.indexer.handle import IndexHandle
+
+    handle = IndexHandle(resolve_db_path(corpus.path, mine / "x.sqlite"), str(corpus.path))
+    mine.rename(project / "me.old")
+    mine.symlink_to(corpus.path)
+    before = sorted(os.listdir(corpus.path))
+    with handle.lock, pytest.raises(IndexMismatch, match="was replaced"):
+        handle.open()
+    handle.close()
+    assert sorted(os.listdir(corpus.path)) == before
+
+
+def test_the_index_s_own_directory_deleted_under_a_server_is_made_again(corpus: Corpus, tmp_path: Path) -> None:
+    """`rm -rf` of the directory of one's own `--db` while a server runs: the index is a cache, so it
+    is made again there, in the directory the server makes itself (it was refused as "replaced"
+    until a restart: a review)."""
+    corpus.write("a", session("my words"))
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    db = mine / "x.sqlite"
+    svc = Service(corpus.path, db)
+    svc.start()
+    try:
+        assert svc.call("ccweb_list_user_inputs", {"conversationId": "a"}, None).payload["inputs"]
+        shutil.rmtree(mine)
+        corpus.write("b", session("more of my words"))
+        result = svc.call("ccweb_list_user_inputs", {"conversationId": "b"}, None)
+        assert [item["content"] for item in result.payload["inputs"]] == ["more of my words"]
+        assert svc.handle.is_open and db.exists()
+    finally:
+        svc.close()
+    assert mode(mine) == 0o700
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal"])
+def test_a_file_of_the_user_s_open_to_others_is_refused_where_others_decide(
+    corpus: Corpus, tmp_path: Path, suffix: str
+) -> None:
+    """The user's own empty 0644 file, opened by another user, then renamed by them into the place of
+    the index or its -wal in a group's project directory: made private, it stayed readable through
+    the descriptor they held, and they read the user's words (a review)."""
+    corpus.write("a", session("my words"))
+    project = tmp_path / "project"
+    project.mkdir()
+    project.chmod(0o2775)
+    db = project / "x.sqlite"
+    if suffix:
+        assert cli("build", "--sessions-dir", str(corpus.path), "--db", str(db)).exit_code == 0
+    planted = Path(f"{db}{suffix}")
+    planted.write_bytes(b"")
+    planted.chmod(0o644)
+    result = cli("build", "--sessions-dir", str(corpus.path), "--db", str(db))
+    message = " ".join(result.output.split())
+    assert result.exit_code == 1 and "is open to other users (mode 0644)" in message, result.output
+    assert planted.read_bytes() == b"" and mode(planted) == 0o644
 
 
 def test_a_symlinked_index_keeps_its_lock_and_its_checks_beside_its_file(corpus: Corpus, tmp_path: Path) -> None:
