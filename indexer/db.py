@@ -322,12 +322,15 @@ def _refuse_what_came_since(path: Path, sessions_dir: str, settled_in: tuple[int
     in its directory's place, came since, put by whoever can write that directory or one above it.
     An independent review had a link to another program's database migrated into, and a group's
     project directory's member swap the user's private index directory for theirs, or a link to
-    the sessions directory, while a server ran. Our own cache directory, deleted as a cache may be,
-    is made again."""
-    if path.parent != cache_dir() and file_id(str(path.parent)) != settled_in:
+    the sessions directory, while a server ran. A directory made by this open (`settled_in` is then
+    its identity: the one before was deleted, as a cache may be) is as good; so is one in a
+    directory only the user and root decide about."""
+    # Only through a directory above it that others decide about can someone else have replaced
+    # it: otherwise the user did (another process of ours, making our cache directory again).
+    if file_id(str(path.parent)) != settled_in and others_decide(os.path.dirname(path.parent)):
         raise IndexMismatch(
-            f"the index's directory {path.parent} was replaced while this process used it, so the "
-            "index is not made again there; restart the command to use the directory now at that path"
+            f"the index's directory {path.parent} was replaced since this process began to use that "
+            "path, and is not followed; check who can write the directories above it, then restart the command"
         )
     if os.path.islink(path):
         raise not_for_the_index(str(path), "is a symbolic link")

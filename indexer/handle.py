@@ -239,7 +239,7 @@ class IndexHandle:
                 "session files"
             )
         if isinstance(exc, IndexMismatch):  # a configuration error (docs/decisions.md): not ours to rebuild
-            return f"the index at {path} is not this directory's ({exc}); answering from the session files until it is"
+            return f"the index at {path} is not used: {exc}; answering from the session files meanwhile"
         if isinstance(exc, IndexUnavailable):
             return f"the index {path} cannot be used ({exc}); answering from the session files until it can"
         if isinstance(exc, OSError):  # from the sessions directory itself (files' errors are per file)
@@ -290,4 +290,3 @@ class _Connection:
         self._handle.lock.release()
         if isinstance(exc, sqlite3.Error):
             raise translate(exc) from exc
-

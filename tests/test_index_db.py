@@ -255,7 +255,7 @@ def test_another_directorys_index_put_in_place_is_said_once(
             assert [i["content"] for i in result.payload["inputs"]] == ["one", f"more {n}"]
     finally:
         svc.close()
-    said = [r for r in caplog.records if "not this directory's" in r.getMessage()]
+    said = [r for r in caplog.records if "is not used: the index belongs to the sessions directory" in r.getMessage()]
     assert len(said) == 1 and said[0].levelname == "WARNING", [r.getMessage() for r in caplog.records]
     assert not [r for r in caplog.records if r.levelname == "ERROR" or r.exc_info]
 
