@@ -20,7 +20,6 @@ import fcntl
 import hashlib
 import logging
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -127,7 +126,7 @@ class _Outdated(Exception):
 
 
 @contextlib.contextmanager
-def _open_lock(path: Path) -> Iterator[BinaryIO]:
+def _open_lock(path: Path) -> Iterator[None]:
     # Serialises schema creation and recovery between processes opening the same index at once.
     name = f"{path}.lock"
     try:
@@ -148,50 +147,36 @@ def _open_lock(path: Path) -> Iterator[BinaryIO]:
                 time.sleep(0.01)
         try:
             _sign(lock)
-            yield lock
+            yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 # What this program writes in the `.lock` beside its index, and nothing else does: a `.lock` that
 # holds it says the file beside it was opened here (`_refuse_what_is_not_ours`). An empty one does
-# not: other programs leave empty `<file>.lock`s too (the filelock package among them). Once the
-# database is open, the line after it names the database's file (device and inode): where others
-# decide what sits beside the `.lock`, it vouches only for that file.
+# not: other programs leave empty `<file>.lock`s too (the filelock package among them). Written
+# once, and never anything else: a reader that does not hold the lock (`_signed`) must never find
+# it half written, and every version of this program reads the same bytes.
 LOCK_SIGNATURE = b"ccweb-index: this file serialises the opening of the index beside it\n"
-_SIGNED_FOR = re.compile(rb"database (\d+):(\d+)\n")
 
 
-def _sign(lock: BinaryIO, database: tuple[int, int] | None = None) -> None:
-    """Sign the `.lock`; `database`: for that file (else what it was signed for before stays)."""
+def _sign(lock: BinaryIO) -> None:
     lock.seek(0)
-    held = lock.read(len(LOCK_SIGNATURE) + 64)
-    wanted = LOCK_SIGNATURE + (b"" if database is None else b"database %d:%d\n" % database)
-    if held == wanted or (database is None and held.startswith(LOCK_SIGNATURE)):
-        return
-    lock.seek(0)
-    lock.truncate()
-    lock.write(wanted)
-    lock.flush()
+    if lock.read(len(LOCK_SIGNATURE) + 1) != LOCK_SIGNATURE:
+        lock.seek(0)
+        lock.truncate()
+        lock.write(LOCK_SIGNATURE)
+        lock.flush()
 
 
-def _signed(lock_path: str, database: Path) -> bool:
-    """Whether the `.lock` at `lock_path` vouches for `database` (`_refuse_what_is_not_ours`)."""
+def _signed(lock_path: str) -> bool:
     try:
         fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     with open(fd, "rb") as f:
         # Anyone can write the signature: only the user's own .lock is believed.
-        held = f.read(len(LOCK_SIGNATURE) + 64)
-        if not_own_file(lock_path, os.fstat(fd), lock=True) is not None or not held.startswith(LOCK_SIGNATURE):
-            return False
-    if not others_decide(os.path.dirname(os.path.abspath(lock_path))):
-        return True
-    # Where others decide, for the file it was signed for only: a group's member renamed another
-    # database of the user's into the index's place, and it was migrated into (an independent review).
-    signed_for = _SIGNED_FOR.fullmatch(held[len(LOCK_SIGNATURE) :])
-    return signed_for is not None and (int(signed_for[1]), int(signed_for[2])) == file_id(str(database))
+        return not_own_file(lock_path, os.fstat(fd), lock=True) is None and f.read(len(LOCK_SIGNATURE) + 1) == LOCK_SIGNATURE
 
 
 def file_id(path: str) -> tuple[int, int] | None:
@@ -209,7 +194,7 @@ class Index:
         self.path = path
         self.conn = conn
         st = os.stat(path)
-        self.file = (st.st_dev, st.st_ino)  # also what the `.lock` is signed for
+        self.file = (st.st_dev, st.st_ino)
         self._size = st.st_size
         # Absent when the journal is not WAL (e.g. a filesystem without shared memory).
         self._side = {suffix: file_id(f"{path}{suffix}") for suffix in _SIDE_FILES}
@@ -267,7 +252,7 @@ def open_handle(
         refuse_others_files(path)  # the index in use, to be discarded
     else:  # what took the index's place is judged as a file at the path at the start is
         _refuse_what_is_not_ours(path)
-    with _open_lock(path) as lock:
+    with _open_lock(path):
         if replacing is not None:
             if replacing.is_at_path():
                 _discard(path)
@@ -276,7 +261,7 @@ def open_handle(
         try:
             conn = connect(path)
             _migrate_and_claim(conn, sessions_dir)
-            return _signed_index(lock, path, conn)
+            return Index(path, conn)
         except IndexMismatch:
             if conn is not None:
                 conn.close()
@@ -298,7 +283,7 @@ def open_handle(
         try:
             conn = connect(path)
             _migrate_and_claim(conn, sessions_dir)
-            return _signed_index(lock, path, conn)
+            return Index(path, conn)
         except (sqlite3.Error, OSError) as exc:
             if conn is not None:
                 with contextlib.suppress(sqlite3.Error):
@@ -308,12 +293,6 @@ def open_handle(
 
 # The first bytes of every SQLite database file.
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
-def _signed_index(lock: BinaryIO, path: Path, conn: sqlite3.Connection) -> Index:
-    index = Index(path, conn)
-    _sign(lock, index.file)
-    return index
 
 
 def _refuse_what_came_since(path: Path, sessions_dir: str, settled_in: tuple[int, int]) -> None:
@@ -349,7 +328,7 @@ def _refuse_what_is_not_ours(path: Path) -> None:
     empty file or an SQLite database holding nothing at all. What cannot be told is refused:
     refusing costs the user a command, a wrong guess their file."""
     st = refuse_others_files(path)
-    if st is None or _signed(f"{path}.lock", path):
+    if st is None or _signed(f"{path}.lock"):
         return
     # The record before the journals: an index of an older version has an unsigned .lock, and a
     # -wal beside it whenever a process of that version has it open.

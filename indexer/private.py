@@ -165,10 +165,6 @@ def _not_the_users(name: str, st: os.stat_result, *, lock: bool = False) -> str 
         return f"belongs to another user (uid {st.st_uid}), in a directory others decide about"
     if lock and st.st_nlink > 1:
         return "has other names (hard links), in a directory others decide about"
-    if not lock and stat.S_ISREG(st.st_mode) and st.st_mode & OTHERS:
-        # Made private now, it stays open to whoever opened it before: a review had another user
-        # open an empty file of the user's, rename it into the index's place, and read the index.
-        return f"is open to other users (mode {_octal(st.st_mode)}), in a directory others decide about"
     return None
 
 

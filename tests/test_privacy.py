@@ -602,46 +602,10 @@ def test_the_index_s_directory_swapped_under_a_server_is_not_followed(
     assert sorted(os.listdir(mine)) == (sorted([*before, "b.json"]) if what != "a directory" else [])
 
 
-def test_another_database_of_the_user_s_renamed_into_the_index_s_place_is_refused(
-    corpus: Corpus, tmp_path: Path
-) -> None:
-    """In a group's project directory (not sticky), a member renamed another database of the user's
-    into the index's place: a running server migrated into it, and so did the next command, the
-    `.lock` the user's own runs had signed vouching for what sat beside it (an independent review).
-    There, the `.lock` vouches for nothing: the file must hold our index."""
-    corpus.write("a", session("my words"))
-    project = tmp_path / "project"
-    project.mkdir()
-    project.chmod(0o2775)
-    db, app = project / "x.sqlite", project / "app.sqlite"
-    with sqlite3.connect(app) as conn:
-        conn.execute("CREATE TABLE bookmarks (url)")
-    conn.close()
-    app.chmod(0o600)  # private: open to others, it is refused before its contents are looked at
-    svc = Service(corpus.path, db)
-    svc.start()
-    try:
-        assert svc.call("ccweb_list_user_inputs", {"conversationId": "a"}, None).payload["inputs"]
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{db}{suffix}").unlink(missing_ok=True)
-        app.rename(db)
-        corpus.write("b", session("more of my words"))
-        result = svc.call("ccweb_list_user_inputs", {"conversationId": "b"}, None)
-        assert [item["content"] for item in result.payload["inputs"]] == ["more of my words"]  # from the files
-    finally:
-        svc.close()
-    result = cli("build", "--sessions-dir", str(corpus.path), "--db", str(db))
-    assert result.exit_code == 1 and "holding bookmarks" in " ".join(result.output.split()), result.output
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        assert [row[0] for row in conn.execute("SELECT name FROM sqlite_master")] == ["bookmarks"]
-    conn.close()
-
-
 def test_an_index_in_use_in_a_group_directory_is_opened_by_a_second_process(corpus: Corpus, tmp_path: Path) -> None:
-    """Its records still in its -wal (a first pass under way, or stopped before a checkpoint): once
+    """Its records still in its -wal (a first pass under way, or stopped before a checkpoint): while
     the `.lock` vouched for nothing in such a directory, every second process (a `call`, another
-    conversation's `serve`) and every restart was refused (a review). It vouches for the file it
-    names."""
+    conversation's `serve`) and every restart was refused (a review)."""
     corpus.write("a", session("my words"))
     project = tmp_path / "project"
     project.mkdir()
@@ -707,29 +671,6 @@ def test_the_index_s_own_directory_deleted_under_servers_is_made_again(corpus: C
         for svc in servers:
             svc.close()
     assert mode(mine) == 0o700
-
-
-@pytest.mark.parametrize("suffix", ["", "-wal"])
-def test_a_file_of_the_user_s_open_to_others_is_refused_where_others_decide(
-    corpus: Corpus, tmp_path: Path, suffix: str
-) -> None:
-    """The user's own empty 0644 file, opened by another user, then renamed by them into the place of
-    the index or its -wal in a group's project directory: made private, it stayed readable through
-    the descriptor they held, and they read the user's words (a review)."""
-    corpus.write("a", session("my words"))
-    project = tmp_path / "project"
-    project.mkdir()
-    project.chmod(0o2775)
-    db = project / "x.sqlite"
-    if suffix:
-        assert cli("build", "--sessions-dir", str(corpus.path), "--db", str(db)).exit_code == 0
-    planted = Path(f"{db}{suffix}")
-    planted.write_bytes(b"")
-    planted.chmod(0o644)
-    result = cli("build", "--sessions-dir", str(corpus.path), "--db", str(db))
-    message = " ".join(result.output.split())
-    assert result.exit_code == 1 and "is open to other users (mode 0644)" in message, result.output
-    assert planted.read_bytes() == b"" and mode(planted) == 0o644
 
 
 def test_a_symlinked_index_keeps_its_lock_and_its_checks_beside_its_file(corpus: Corpus, tmp_path: Path) -> None:
