@@ -13,6 +13,7 @@ The sessions directory is only ever read: an index path that resolves inside it 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import stat
@@ -60,6 +61,8 @@ def make_private_dir(directory: Path, *, ours: bool) -> tuple[int, int] | None:
         except FileExistsError:
             made = False
     st = os.stat(directory)
+    if not stat.S_ISDIR(st.st_mode):  # a file by that name: said as such, not as a directory's mode
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(directory))
     if st.st_mode & OTHERS:
         if ours and _owned(st):
             os.chmod(directory, stat.S_IMODE(st.st_mode) & ~OTHERS)

@@ -155,3 +155,14 @@ def test_a_stdio_server_told_a_source_that_is_no_id_says_so_at_start(corpus: Cor
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     said = f"the source conversation {source!r} (CCWEB_SOURCE_SESSION_ID or --source-session) is not a conversation id"
     assert (said in result.stderr) == (source == "<conversationId>"), result.stderr
+
+
+def test_an_index_path_under_a_file_says_it_is_not_a_directory(tmp_path: Path, corpus: Corpus) -> None:
+    """A file where the index's directory goes was warned about as a directory open to others
+    (mode 0644) before the command failed (found by a review)."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    afile.chmod(0o644)
+    result = cli("build", "--sessions-dir", str(corpus.path), "--db", str(afile / "x.sqlite"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"cannot create {afile}: Not a directory" in result.stderr and "open to other users" not in result.stderr, result.stderr
