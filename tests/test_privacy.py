@@ -369,6 +369,23 @@ def kept(paths: list[Path]) -> dict[Path, tuple[bytes, int, int]]:
     return {path: (path.read_bytes(), mode(path), path.stat().st_uid) for path in paths}
 
 
+def another_programs_database(path: Path) -> Path:
+    """An SQLite database of another program's (a browser's bookmarks), readable by others."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE bookmarks (url)")
+    conn.close()
+    path.chmod(0o644)
+    return path
+
+
+def answered_from_the_files_after_back_offs(svc: Service) -> None:
+    """Session "b" ("more of my words", written after the index was tampered with) is answered from
+    the files: at the replacement, then at the opens after its back-off (set to nothing)."""
+    for _ in range(3):
+        result = svc.call("ccweb_list_user_inputs", {"conversationId": "b"}, None)
+        assert [item["content"] for item in result.payload["inputs"]] == ["more of my words"]
+
+
 def test_a_lock_that_leads_to_a_file_of_the_users_is_refused(corpus: Corpus, tmp_path: Path) -> None:
     """Another user who can write the index's directory named the `.lock` as a symlink to one of the
     user's files: opening the index truncated it, wrote the lock's signature into it and made it
@@ -419,11 +436,7 @@ def test_an_index_file_of_another_user_is_refused(corpus: Corpus, tmp_path: Path
 def test_a_signed_lock_of_another_user_makes_no_database_ours(corpus: Corpus, tmp_path: Path) -> None:
     """The index path a symlink to another program's database, and beside the link a `.lock` with
     our signature, made by another user: the database was taken for an index, chmodded and written."""
-    app = tmp_path / "app.sqlite"
-    with sqlite3.connect(app) as conn:
-        conn.execute("CREATE TABLE bookmarks (url)")
-    conn.close()
-    app.chmod(0o644)
+    app = another_programs_database(tmp_path / "app.sqlite")
     db = tmp_path / "shared" / "x.sqlite"
     db.parent.mkdir()
     db.parent.chmod(0o1777)
@@ -537,11 +550,7 @@ def test_a_link_put_in_the_index_s_place_is_not_followed(
 
     monkeypatch.setattr(handle, "BACK_OFF_SECONDS", (0.0, 0.0))
     corpus.write("a", session("my words"))
-    app = tmp_path / "app.sqlite"
-    with sqlite3.connect(app) as conn:
-        conn.execute("CREATE TABLE bookmarks (url)")
-    conn.close()
-    app.chmod(0o644)
+    app = another_programs_database(tmp_path / "app.sqlite")
     db = tmp_path / "project" / "x.sqlite"
     db.parent.mkdir()
     svc = Service(corpus.path, db)
@@ -553,9 +562,7 @@ def test_a_link_put_in_the_index_s_place_is_not_followed(
             Path(f"{db}{suffix}").unlink(missing_ok=True)
         db.symlink_to(app)
         corpus.write("b", session("more of my words"))
-        for _ in range(3):  # the replacement, then opens after its back-off
-            result = svc.call("ccweb_list_user_inputs", {"conversationId": "b"}, None)
-            assert [item["content"] for item in result.payload["inputs"]] == ["more of my words"]  # from the files
+        answered_from_the_files_after_back_offs(svc)
     finally:
         svc.close()
     assert kept([app]) == before
@@ -594,9 +601,7 @@ def test_the_index_s_directory_swapped_under_a_server_is_not_followed(
             mine.symlink_to(corpus.path)
         before = sorted(os.listdir(corpus.path))
         corpus.write("b", session("more of my words"))
-        for _ in range(3):  # the replacement, then opens after its back-off
-            result = svc.call("ccweb_list_user_inputs", {"conversationId": "b"}, None)
-            assert [item["content"] for item in result.payload["inputs"]] == ["more of my words"]  # from the files
+        answered_from_the_files_after_back_offs(svc)
     finally:
         svc.close()
     assert sorted(os.listdir(mine)) == (sorted([*before, "b.json"]) if what != "a directory" else [])
