@@ -1,12 +1,25 @@
 """watchdog's inotify reader thread, able to tell when nothing can be pending (docs/design.md,
 "When no cookie is needed").
 
-`drained()` is true only when the reader thread is parked in its wait for the queue, which it enters
-only after handling every event it read before, and the kernel queue holds no byte. Then every event
+`drained()` is true only when every event the reader took from the kernel has been handled, the
+reader is parked in its wait for the kernel queue, and that queue holds no byte. Then every event
 the kernel queued before the check has been handled, so a change that completed before it is in the
 dirty set, as it is once a cookie comes back, without the cookie's file, its event and two thread
 hand-offs. Anything else (events queued, a batch being handled, the reader somewhere else) says
 False, and the caller sends a cookie.
+
+watchdog has handled events in two ways, and this relies on its private structure, so both are
+told apart here and the supported releases are pinned in pyproject.toml:
+
+- up to 7.1.0, the reader thread handles the events of a read before it waits again;
+- from 7.1.1, the reader only reads, into `_raw_queue`, and a dispatcher thread takes each chunk
+  from it and handles it. Parked then says nothing about what was handled: the queue counts the
+  chunks put in, and the chunks the dispatcher has finished (it comes back for the next one only
+  when the last is handled).
+
+7.1.1 also gave the wait a timeout parameter (a bounded wait gathers a burst). Only the unbounded
+wait, the one between two reads, is a place to be parked. A reader that stops on an exception says
+so in one line, never a thread's traceback, and `alive` turns False so its owner can replace it.
 
 Imported where a watcher is made: watchdog is not loaded before then.
 """
@@ -15,26 +28,48 @@ from __future__ import annotations
 
 import array
 import fcntl
+import logging
 import termios
 import threading
+from typing import Any
 
 from watchdog.observers.inotify_c import InotifyFD
+
+log = logging.getLogger("ccweb_index")
 
 
 class InotifyReader(InotifyFD):
     def __init__(self) -> None:
         super().__init__()
         self._parked_lock = threading.Lock()
-        self._parked = False  # in the wait for the queue, every event read before handled
+        self._parked = False  # in the unbounded wait for the kernel queue
+        self.failure: BaseException | None = None
+        raw = getattr(self, "_raw_queue", None)
+        self._chunks = _CountedQueue(raw) if raw is not None else None
+        if self._chunks is not None:  # the reader and the dispatcher use only its put and gets
+            self._raw_queue = self._chunks  # type: ignore[assignment]
 
-    def _check_inotify_fd(self) -> bool:
-        # watchdog's reader loop waits here (poll) before each read, and handles the events of a
-        # read before it comes back. If a later watchdog read elsewhere, `_parked` would stay False
-        # and every check would send a cookie: slower, never wrong.
+    def run(self) -> None:
+        try:
+            super().run()
+        except BaseException as exc:  # the thread ends here either way: said once, as a line
+            self.failure = exc
+            log.warning("the inotify reader stopped (%s: %s)", type(exc).__name__, exc)
+
+    @property
+    def alive(self) -> bool:
+        return self.failure is None and self.is_alive()
+
+    def _check_inotify_fd(self, *args: Any, **kwargs: Any) -> bool:
+        timeout_ms = args[0] if args else kwargs.get("timeout_ms")
+        if timeout_ms is not None:  # gathering a burst between two reads: not parked
+            return bool(super()._check_inotify_fd(*args, **kwargs))
+        # If a later watchdog waited elsewhere, `_parked` would stay False and every check would
+        # send a cookie: slower, never wrong.
         with self._parked_lock:
             self._parked = True
         try:
-            return super()._check_inotify_fd()
+            return bool(super()._check_inotify_fd(*args, **kwargs))
         finally:
             with self._parked_lock:
                 self._parked = False
@@ -42,7 +77,7 @@ class InotifyReader(InotifyFD):
     def drained(self) -> bool:
         """Whether every event the kernel queued before this call has been handled."""
         with self._parked_lock:  # the reader cannot leave its wait, and read, meanwhile
-            if not self._parked:
+            if not self._parked or (self._chunks is not None and not self._chunks.all_handled()):
                 return False
             queued = array.array("i", [0])
             try:
@@ -52,3 +87,39 @@ class InotifyReader(InotifyFD):
             except OSError:  # closed: the watcher is stopping
                 return False
             return queued[0] == 0
+
+
+class _CountedQueue:
+    """watchdog's reader-to-dispatcher queue (a SimpleQueue), counting the chunks put in and the
+    chunks handled. One dispatcher takes the chunks one at a time and handles each before it asks
+    for the next, so each `get`/`get_nowait` means every chunk taken before it is handled."""
+
+    def __init__(self, queue: Any) -> None:
+        self._queue = queue
+        self._put = 0
+        self._taken = 0
+        self._handled = 0
+
+    def put(self, item: bytes, *args: Any, **kwargs: Any) -> None:
+        self._put += 1  # only the reader thread puts
+        self._queue.put(item, *args, **kwargs)
+
+    def get(self, *args: Any, **kwargs: Any) -> bytes:
+        self._handled = self._taken
+        item: bytes = self._queue.get(*args, **kwargs)
+        self._taken += 1
+        return item
+
+    def get_nowait(self) -> bytes:
+        self._handled = self._taken
+        item: bytes = self._queue.get_nowait()  # Empty when there is none: nothing more taken
+        self._taken += 1
+        return item
+
+    def all_handled(self) -> bool:
+        # Read by the checking thread while the reader is parked (it puts nothing then); each
+        # count is one assignment of an int, whole under the GIL.
+        return self._handled == self._put
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)

@@ -105,6 +105,9 @@ class Watcher(Protocol):
     def seen_for(self, session_id: str) -> dict[str, int] | None: ...
     @property
     def running(self) -> bool: ...
+    # It stopped on a fault of its own (not of the directory): another of its kind would likely too.
+    @property
+    def broke(self) -> bool: ...
 
 
 class _DirtySet:
@@ -336,7 +339,11 @@ class InotifyWatcher:
 
     @property
     def running(self) -> bool:
-        return self._healthy
+        return self._healthy and self._inotify.alive
+
+    @property
+    def broke(self) -> bool:
+        return self._inotify.failure is not None
 
     def start(self) -> None:
         from watchdog.observers.inotify_c import CallbackId
@@ -368,13 +375,13 @@ class InotifyWatcher:
 
     def sync(self) -> bool:
         """Make the index reflect every change that completed before this call; False if it cannot."""
-        if not self._healthy:
+        if not self.running:  # a reader that stopped would leave the cookie unseen until the timeout
             return False
         # Nothing queued and nothing being handled: every such change is in the dirty set already
         # (docs/design.md, "When no cookie is needed"). Else the cookie's round trip proves it.
         if not self.drained() and not self._cookie_round_trip():
             return False
-        if not self._healthy:  # stopped meanwhile: what the reader said may be about a closed queue
+        if not self.running:  # stopped meanwhile: what the reader said may be about a closed queue
             return False
         apply_dirty(self.indexer, self.dirty)
         self.indexer.look_at_links()
@@ -395,7 +402,7 @@ class InotifyWatcher:
     def drained(self) -> bool:
         """Whether nothing can be pending now: no event queued, none being handled (`sync` then
         needs no cookie)."""
-        return self._inotify.drained()
+        return self._inotify.alive and self._inotify.drained()
 
     @property
     def cookies_sent(self) -> int:
@@ -476,6 +483,9 @@ class _Callback:
     def on_queue_overflow(self) -> None:
         self._watcher._overflowed()
 
+    def on_events_lost(self) -> None:
+        pass  # watchdog 7.1.1 calls it after every on_queue_overflow, which did all there is to do
+
 
 # --- polling -----------------------------------------------------------------------------------
 
@@ -506,6 +516,10 @@ class PollingWatcher:
     @property
     def running(self) -> bool:
         return self._observer.is_alive()
+
+    @property
+    def broke(self) -> bool:
+        return False  # the supervisor starts another poller, as it would after a directory change
 
     def start(self) -> None:
         self.watched = dir_identity(self.indexer.sessions_dir)

@@ -95,7 +95,11 @@ class Supervisor:
                 "empty lists until it does"
             )
             return
-        if current is not None:
+        if current is not None and current.broke:
+            # Its reader failed on its own (said as it stopped); another would likely fail alike.
+            log.warning("polling the sessions directory %s from now on", where)
+            self._poll = True
+        elif current is not None:
             log.warning("the sessions directory %s changed (removed, renamed or replaced); watching it again", where)
         self._directory.end(f"the sessions directory {where} exists again; watching it")
         started: Watcher | None = start_watcher(self.indexer, poll=self._poll, on_error=self._on_error)

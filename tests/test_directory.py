@@ -12,7 +12,6 @@ import errno
 import logging
 import os
 import shutil
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -221,27 +220,21 @@ def test_an_event_queue_overflow_means_a_full_reconcile(
     try:
         watcher = svc.watcher
         assert isinstance(watcher, InotifyWatcher)
-        gate = threading.Event()
-        held = threading.Event()
-        handle = watcher._callbacks.sessions._handle
-
-        def held_up(event: Any) -> None:
-            held.set()
-            gate.wait(30)
-            handle(event)
-
-        watcher._callbacks.sessions._handle = held_up
-        os.utime(corpus.file("a"))
-        assert held.wait(10)
-        paths = [corpus.file("a"), corpus.file("b")]
-        for n in range(limit + 2000):  # alternate, so the kernel cannot merge them
-            os.utime(paths[n % 2])
-        corpus.write("late", session("z", updated="2026-11-29T00:00:00Z"), how="atomic")  # lost
-        reconciles = []
-        real = svc.indexer.reconcile
-        svc.indexer.reconcile = lambda *a, **k: reconciles.append(1) or real(*a, **k)  # type: ignore[method-assign]
-        watcher._callbacks.sessions._handle = handle
-        gate.set()
+        # Held before its next read (it takes this lock on leaving its wait), whichever way the
+        # installed watchdog hands events on: the kernel queue then fills.
+        reader = watcher._inotify._parked_lock
+        reader.acquire()
+        try:
+            os.utime(corpus.file("a"))
+            paths = [corpus.file("a"), corpus.file("b")]
+            for n in range(limit + 2000):  # alternate, so the kernel cannot merge them
+                os.utime(paths[n % 2])
+            corpus.write("late", session("z", updated="2026-11-29T00:00:00Z"), how="atomic")  # lost
+            reconciles = []
+            real = svc.indexer.reconcile
+            svc.indexer.reconcile = lambda *a, **k: reconciles.append(1) or real(*a, **k)  # type: ignore[method-assign]
+        finally:
+            reader.release()
         assert ids(svc) == ["late", "b", "a"]
         assert reconciles, "the overflow did not lead to a full reconcile"
         assert watcher.running
