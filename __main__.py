@@ -52,8 +52,9 @@ def main() -> None:
             signal.signal(signum, handler)
     try:
         command()
-    except BaseException as exc:  # what is not a shortage of descriptors goes on up
+    except BaseException as exc:  # what is neither of these goes on up
         _leave_if_out_of_descriptors(exc)
+        _leave_if_stdout_failed(exc)
         raise
 
 
@@ -79,6 +80,26 @@ def _leave_if_out_of_descriptors(exc: BaseException) -> None:
         "e.g. `ulimit -n 1024` in the shell or LimitNOFILE= in systemd",
         file=sys.stderr,
     )
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def _leave_if_stdout_failed(exc: BaseException) -> None:
+    """One line, as the commands' own output says it (server.cli `_say`), when click's `--help` or
+    `--version` could not be written to stdout (a full disk): click writes those itself, and the
+    OSError ended in its traceback. Told by where it was raised: click's `echo`, writing to stdout.
+    A closed pipe stays a quiet exit."""
+    if not isinstance(exc, OSError) or exc.errno == errno.EPIPE or exc.__traceback__ is None:
+        return
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    frame = tb.tb_frame
+    if frame.f_code.co_name != "echo" or frame.f_locals.get("file") not in (sys.stdout, sys.stdout.buffer):
+        return
+    # What is still buffered would fail again as the interpreter exits, with a traceback.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    print(f"Error: cannot write to standard output: {exc.strerror or exc}", file=sys.stderr)
     sys.stderr.flush()
     os._exit(1)
 

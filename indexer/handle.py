@@ -45,14 +45,21 @@ log = logging.getLogger("ccweb_index")
 
 # After the index failed a call, calls answer from the files for this long, doubling up to the maximum.
 BACK_OFF_SECONDS = (1.0, 30.0)
+# What a server does while its index cannot be used (the tools' answers come from the files).
+ANSWERING_FROM_FILES = "answering from the session files"
+# What `watch` does meanwhile: its supervisor re-opens the index once the back-off has passed.
+TRYING_AGAIN = "trying again"
 
 
 class IndexHandle:
     """Owns the open index (or why there is none), its replacement, and the back-off after failures."""
 
-    def __init__(self, path: Path, sessions_dir: str) -> None:
+    def __init__(self, path: Path, sessions_dir: str, *, meanwhile: str | None = ANSWERING_FROM_FILES) -> None:
         self.path = path
         self.sessions_dir = sessions_dir
+        # What the process does while the index cannot be used, said after each fault; None: it
+        # does nothing more (`build`, whose own error says why), and a failed open is not logged.
+        self._meanwhile = meanwhile
         # Guards the handle and its connection. It is held for a statement or a commit, never while
         # a file is read or parsed (indexer.refresh), so a call waits at most for one commit.
         self.lock = threading.RLock()
@@ -185,9 +192,8 @@ class IndexHandle:
             self._index = None
             self._reason = str(exc)
             self._start_back_off()
-            self._faults.begin(
-                f"cannot open the index {self.path} ({exc}); answering from the session files until it can be opened"
-            )
+            if self._meanwhile is not None:
+                self._faults.begin(f"cannot open the index {self.path} ({exc}){self._then()}")
             return False
         self._index = index
         self._replace = None
@@ -230,7 +236,7 @@ class IndexHandle:
         if isinstance(exc, (IndexUnavailable, IndexBusy)) and self._index is None:
             return None  # there is no index, which was said when opening it failed
         if isinstance(exc, IndexBusy):
-            return f"the index {path} is locked ({exc}); answering from the session files meanwhile"
+            return f"the index {path} is locked ({exc}){self._then()}"
         if isinstance(exc, IndexBroken):
             return f"the index {path} is damaged ({exc}); rebuilding it from the session files"
         if isinstance(exc, IndexMoved):
@@ -239,15 +245,18 @@ class IndexHandle:
                 "session files"
             )
         if isinstance(exc, IndexMismatch):  # a configuration error (docs/decisions.md): not ours to rebuild
-            return f"the index at {path} is not used: {exc}; answering from the session files meanwhile"
+            return f"the index at {path} is not used: {exc}{self._then()}"
         if isinstance(exc, IndexUnavailable):
-            return f"the index {path} cannot be used ({exc}); answering from the session files until it can"
+            return f"the index {path} cannot be used ({exc}){self._then()}"
         if isinstance(exc, OSError):  # from the sessions directory itself (files' errors are per file)
             return f"the sessions directory {self.sessions_dir} cannot be read ({exc.strerror or exc})"
-        message = f"unexpected {type(exc).__name__} while using the index ({exc}); answering from the session files"
+        message = f"unexpected {type(exc).__name__} while using the index ({exc}){self._then()}"
         if self._faults.active() != message:
             log.error("%s", message, exc_info=exc)
         return message
+
+    def _then(self) -> str:
+        return "" if self._meanwhile is None else f"; {self._meanwhile} until it can be used"
 
     def _start_back_off(self) -> None:
         self._back_off = min(max(self._back_off * 2, BACK_OFF_SECONDS[0]), BACK_OFF_SECONDS[1])

@@ -197,7 +197,7 @@ def build(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bo
     """
     _setup_logging(verbose)
     _require_dir(sessions_dir)
-    service = _open_service(sessions_dir, db, max_session_bytes)
+    service = _open_service(sessions_dir, db, max_session_bytes, meanwhile=None)  # its error says why
     try:
         _require_index(service)
         started = time.perf_counter()
@@ -255,11 +255,12 @@ def watch(sessions_dir: str, db: str | None, max_session_bytes: int, verbose: bo
     watched when it appears.
     """
     # Imported before the handler can run: an import inside it could meet a module half made.
+    from ccweb_index.indexer.handle import TRYING_AGAIN
     from ccweb_index.server.stop import exit_mid_pass
 
     _setup_logging(verbose)
     _require_dir(sessions_dir)
-    service = _open_service(sessions_dir, db, max_session_bytes, watch=True, poll=poll)
+    service = _open_service(sessions_dir, db, max_session_bytes, watch=True, poll=poll, meanwhile=TRYING_AGAIN)
     stop, started = threading.Event(), threading.Event()
 
     def on_signal(*_: object) -> None:

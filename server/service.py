@@ -23,7 +23,7 @@ import msgspec
 from ccweb_index.indexer.db import get_meta, resolve_db_path, settle_wal
 from ccweb_index.indexer.errors import IndexBroken, IndexFailure, IndexMoved
 from ccweb_index.indexer.files import DEFAULT_MAX_SESSION_BYTES
-from ccweb_index.indexer.handle import IndexHandle
+from ccweb_index.indexer.handle import ANSWERING_FROM_FILES, IndexHandle
 from ccweb_index.indexer.load import PARSE_BYTES_IN_FLIGHT, UnreadableLog
 from ccweb_index.indexer.progress import LoggedProgress
 from ccweb_index.indexer.refresh import Indexer
@@ -76,10 +76,11 @@ class Service:
         poll: bool = False,
         max_session_bytes: int = DEFAULT_MAX_SESSION_BYTES,
         parse_bytes_in_flight: int = PARSE_BYTES_IN_FLIGHT,
+        meanwhile: str | None = ANSWERING_FROM_FILES,
     ) -> None:
         self.sessions_dir = os.path.realpath(sessions_dir)
         self.db_path: Path = resolve_db_path(self.sessions_dir, db)
-        self.handle = IndexHandle(self.db_path, self.sessions_dir)
+        self.handle = IndexHandle(self.db_path, self.sessions_dir, meanwhile=meanwhile)
         unreadable = UnreadableLog()  # shared: a file state is logged once, whoever read it
         self.indexer = Indexer(
             self.handle, max_session_bytes=max_session_bytes, unreadable=unreadable, parse_bytes_in_flight=parse_bytes_in_flight

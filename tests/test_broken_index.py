@@ -588,6 +588,41 @@ def test_an_index_locked_at_start_is_waited_for_not_discarded(tmp_path: Path, mo
     conn.close()
 
 
+def test_commands_that_answer_nothing_do_not_say_they_answer_from_the_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a lock, `build` said the server's "answering from the session files until it can be
+    opened" before its own error, and `watch` said it as it went on (a new user's walk): neither
+    answers anything. `build` says its error alone; `watch` says it tries again, and does."""
+    monkeypatch.setattr(dbmod, "BUSY_TIMEOUT_MS", SHORT_BUSY_TIMEOUT_MS)
+    corpus = Corpus(tmp_path / "sessions")
+    make_corpus(corpus, sessions=2)
+    db = tmp_path / "index.sqlite"
+    assert cli("build", "--sessions-dir", str(corpus.path), "--db", str(db)).returncode == 0
+    log = tmp_path / "watch.log"
+    holder = hold_lock(db, exclusive_mode=True)
+    try:
+        built = cli("build", "--sessions-dir", str(corpus.path), "--db", str(db))
+        with open(log, "wb") as err:
+            env = {**clean_env(), "CCWEB_INDEX_BUSY_TIMEOUT_MS": str(SHORT_BUSY_TIMEOUT_MS)}
+            watch = subprocess.Popen([CCWEB_INDEX, "watch", "--sessions-dir", str(corpus.path), "--db", str(db)],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)  # fmt: skip
+        try:
+            assert wait_until(lambda: "watching" in log.read_text(errors="replace"), timeout=60), log.read_text()
+        finally:
+            release(holder)
+        change(corpus, 0)
+        assert wait_until(lambda: index_content(db) == fresh_build_content(corpus, tmp_path / "fresh.sqlite"), timeout=60)
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        watch.wait(timeout=60)
+    assert built.returncode == 1
+    assert built.stderr.splitlines() == [f"Error: cannot open the index {db}: database is locked"]
+    said = log.read_text(errors="replace")
+    assert f"cannot open the index {db} (database is locked); trying again until it can be used" in said, said
+    assert "answering" not in said and "Traceback" not in said, said
+
+
 def test_a_connection_closed_by_a_replace_mid_call_is_no_internal_error(tmp_path: Path) -> None:
     """A call reads the handle's change count outside its lock; a thread that replaces a damaged index
     (the watcher's, a concurrent call's) may close that connection first. Under load this surfaced as

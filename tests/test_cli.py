@@ -119,11 +119,18 @@ def test_status_makes_no_index(corpus: Corpus, db_path: Path, tmp_path: Path) ->
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_a_stdout_that_cannot_be_written_ends_the_command_with_one_line(corpus: Corpus, db_path: Path) -> None:
     """A full disk under `status > file` or `call ... > file` ended in a traceback (found by an
-    independent test). Run as processes: the failure is the real stdout's."""
+    independent test), and so did `--help` and `--version`, which click writes itself. Run as
+    processes: the failure is the real stdout's."""
     corpus.write("a", session("x"))
     common = ("--sessions-dir", str(corpus.path), "--db", str(db_path))
     assert cli("build", *common).returncode == 0
-    for args in (("status", *common), ("call", "ccweb_list_conversations", '{"scope": "all"}', *common)):
+    for args in (
+        ("status", *common),
+        ("call", "ccweb_list_conversations", '{"scope": "all"}', *common),
+        ("--help",),
+        ("--version",),
+        ("build", "--help"),
+    ):
         with open("/dev/full", "w") as full:
             result = subprocess.run(client_launch(*args), stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
         assert result.returncode == 1, result.stderr
