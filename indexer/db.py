@@ -40,6 +40,7 @@ from ccweb_index.indexer.private import (
     refuse_inside_sessions,
     refuse_others_files,
     refuse_others_link,
+    refuse_others_open_files,
 )
 from ccweb_index.indexer.stored import STORED_CHARS_KEY
 from ccweb_index.indexer.tuning import BUSY_TIMEOUT_ENV, milliseconds_from_env
@@ -261,6 +262,7 @@ def open_handle(
         try:
             conn = connect(path)
             _migrate_and_claim(conn, sessions_dir)
+            refuse_others_open_files(path)
             return Index(path, conn)
         except IndexMismatch:
             if conn is not None:
@@ -283,7 +285,12 @@ def open_handle(
         try:
             conn = connect(path)
             _migrate_and_claim(conn, sessions_dir)
+            refuse_others_open_files(path)
             return Index(path, conn)
+        except IndexMismatch:
+            if conn is not None:
+                conn.close()
+            raise
         except (sqlite3.Error, OSError) as exc:
             if conn is not None:
                 with contextlib.suppress(sqlite3.Error):

@@ -14,13 +14,14 @@ import sqlite3
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from ccweb_index.indexer.db import LOCK_SIGNATURE, open_handle, open_index
+from ccweb_index.indexer.errors import IndexMismatch
 from ccweb_index.indexer.private import INDEX_SUFFIXES
 from ccweb_index.server.cli import main
 from ccweb_index.server.service import Service
@@ -167,25 +168,35 @@ def as_nobody(paths: list[str]) -> dict[str, str]:
         pytest.skip("there is no `nobody` user to read as")
     if os.geteuid() != 0:
         pytest.skip("dropping to another uid needs root; the mode tests above cover this case")
+    return json.loads(as_user(nobody.pw_uid, nobody.pw_gid, lambda: json.dumps(_attempts(paths))) or "{}")
+
+
+def as_user(uid: int, gid: int, work: Callable[[], str]) -> str:
+    """What `work` returns in a forked child that dropped to `uid` and `gid` (what it imports must be
+    imported already: the interpreter's own files may not be readable to that user)."""
     reader, writer = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: no pytest machinery from here on, only os._exit
         try:
             os.close(reader)
             os.setgroups([])
-            os.setgid(nobody.pw_gid)
-            os.setuid(nobody.pw_uid)
-            os.write(writer, json.dumps(_attempts(paths)).encode())
+            os.setgid(gid)
+            os.setuid(uid)
+            try:
+                said = work()
+            except BaseException as exc:
+                said = f"{type(exc).__name__}: {exc}"
+            os.write(writer, said.encode())
         finally:
             os._exit(0)
     os.close(writer)
     try:
-        ready, _, _ = select.select([reader], [], [], 30)
+        ready, _, _ = select.select([reader], [], [], 60)
         if not ready:
             os.kill(pid, signal.SIGKILL)
-            pytest.fail("the child reading as nobody hung")
+            pytest.fail(f"the child running as uid {uid} hung")
         with os.fdopen(reader, "rb") as pipe:
-            return json.loads(pipe.read() or b"{}")
+            return pipe.read().decode()
     finally:
         os.waitpid(pid, 0)
 
@@ -464,6 +475,51 @@ def test_in_a_directory_only_its_owner_can_write_any_owner_is_taken(corpus: Corp
     assert result.exit_code == 0 and "my words" in result.output, result.output
     assert "index" not in result.output.lower() or "cannot" not in result.output.lower(), result.output
     assert db.stat().st_size > 0  # the index is in it
+
+
+@as_root
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm"])
+def test_a_file_of_another_user_put_down_just_before_sqlite_opens_it_is_refused(shared_base: Path, suffix: str) -> None:
+    """The names are judged just before SQLite opens them by name; another user who can write the
+    directory, watching it with inotify, puts a file of theirs at one in between (an independent test
+    won 4 of 4 against a running server it made replace its index, and read every word from its
+    `-wal`). What SQLite holds open is judged, before any word is written. The user is `nobody`
+    here: SQLite run by root gives its journals the database's owner, which hides the race."""
+    from ccweb_index.indexer import db as dbmod
+
+    try:
+        user, them = pwd.getpwnam("nobody").pw_uid, OTHER_UID - 1
+    except KeyError:
+        pytest.skip("there is no `nobody` user to run as")
+    project = shared_base / "project"
+    project.mkdir()
+    project.chmod(0o777)  # a group's project directory, its members all in `others` here
+    db, theirs = project / "x.sqlite", project / "theirs"
+    theirs.write_bytes(b"")
+    theirs.chmod(0o666)
+    os.chown(theirs, them, them)
+    prepare = dbmod.prepare_database
+
+    def then_theirs(path: Path) -> None:
+        prepare(path)  # the last check of the names: the race is won after it
+        os.replace(theirs, f"{path}{suffix}")
+
+    def open_it() -> str:
+        dbmod.prepare_database = then_theirs  # in the child only
+        try:
+            dbmod.open_handle(db, str(shared_base / "sessions")).close()
+        except IndexMismatch as exc:
+            return str(exc)
+        return "opened"
+
+    import sqlite_utils  # noqa: F401  (imported by a migration, in the child)
+
+    from ccweb_index.migrations import migrations  # noqa: F401
+
+    said = as_user(user, user, open_it)
+    # Named by the descriptor SQLite held: theirs was what it opened (closing it, SQLite removes a
+    # journal it holds, so the file is not looked at afterwards).
+    assert f"{db}{suffix} belongs to another user (uid {them})" in said, said
 
 
 @as_root
