@@ -21,6 +21,7 @@ log = logging.getLogger("ccweb_index")
 APP_NAME = "ccweb-index"
 TOKEN_FILE_NAME = "token"
 TOKEN_BYTES = 32  # of randomness, before URL-safe base64
+_WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 
 
 class TokenFileError(Exception):
@@ -35,19 +36,27 @@ def default_token_path() -> Path:
 
 def default_token() -> tuple[str, Path, bool]:
     """(the token, its file, whether it was created now). An existing file open to others is tightened."""
+    from ccweb_index.server.http import StartupError, checked_token, judge_token_file
+
     path = default_token_path()
     try:
         created = _create(path)
-        _tighten(path)
-        token = path.read_text(encoding="ascii").strip()
+        with open(path, encoding="ascii") as f:
+            st = os.fstat(f.fileno())
+            # Its token may be known to others who could read it; it stays, as the clients have it.
+            if st.st_uid == os.geteuid() and st.st_mode & OTHERS and not st.st_mode & _WRITABLE_BY_OTHERS:
+                os.fchmod(f.fileno(), stat.S_IMODE(st.st_mode) & ~OTHERS)
+                log.warning("the token file %s was readable by other users; made it private", path)
+            else:  # another user's (a config directory others can write), or one others can write
+                judge_token_file(path, st, renew="delete it to have a new token made")
+            token = f.read().strip()
     except (OSError, UnicodeDecodeError) as exc:
         raise TokenFileError(f"cannot read or create the token file {path}: {exc}") from None
+    except StartupError as exc:
+        raise TokenFileError(str(exc)) from None
     if not token:
         raise TokenFileError(f"the token file {path} is empty; delete it to have a new token made")
-    # A file the user may have edited by hand: the rule --token-file and CCWEB_INDEX_TOKEN follow.
-    from ccweb_index.server.http import StartupError, checked_token
-
-    try:
+    try:  # a file the user may have edited by hand: the rule --token-file and CCWEB_INDEX_TOKEN follow
         checked_token(token, f"the token file {path}")
     except StartupError as exc:
         raise TokenFileError(str(exc)) from None
@@ -72,10 +81,3 @@ def _create(path: Path) -> bool:
     finally:
         aside.unlink(missing_ok=True)
     return True
-
-
-def _tighten(path: Path) -> None:
-    st = os.stat(path)
-    if st.st_mode & OTHERS and st.st_uid == os.getuid():
-        os.chmod(path, stat.S_IMODE(st.st_mode) & ~OTHERS)
-        log.warning("the token file %s was readable by other users; made it private", path)

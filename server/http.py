@@ -40,6 +40,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -106,12 +107,12 @@ def load_token(token_file: str | None, environ: Mapping[str, str] | None = None)
     if token_file is not None:
         try:
             with open(token_file, encoding="utf-8") as f:
+                judge_token_file(token_file, os.fstat(f.fileno()))
                 token = f.read().strip()
         except (OSError, UnicodeDecodeError) as exc:
             raise StartupError(f"cannot read the token file {token_file!r}: {exc}") from None
         if not token:
             raise StartupError(f"the token file {token_file!r} is empty")
-        _warn_if_readable_by_others(token_file)
         origin = f"--token-file {token_file}"
     else:
         token = (environ.get(TOKEN_ENV) or "").strip()
@@ -130,10 +131,24 @@ def checked_token(token: str, origin: str) -> str:
     return token
 
 
-def _warn_if_readable_by_others(path: str) -> None:
-    with contextlib.suppress(OSError):
-        if os.stat(path).st_mode & 0o077:
-            log.warning("the token file %s is readable by other users; chmod 600 it", path)
+def judge_token_file(
+    path: str | os.PathLike[str], st: os.stat_result, renew: str = "put a new token in it and chmod 600 it"
+) -> None:
+    """Raise StartupError when whoever else made or can write the token file chose the token: a
+    file of another user's (root's aside), or one others can write, would let them call every tool
+    (an independent test, as real users, planted one where the default file goes). Warn when others
+    can read it."""
+    if st.st_uid not in (os.geteuid(), 0):
+        raise StartupError(
+            f"the token file {os.fsdecode(path)} belongs to another user (uid {st.st_uid}), who then knows "
+            "the token; use a token file of your own"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise StartupError(
+            f"other users can write the token file {os.fsdecode(path)}, and so choose the token; {renew}"
+        )
+    if st.st_mode & (stat.S_IRGRP | stat.S_IROTH):
+        log.warning("the token file %s is readable by other users; chmod 600 it", os.fsdecode(path))
 
 
 def is_loopback(host: str) -> bool:
@@ -611,7 +626,26 @@ def bind_unix_socket(path: str) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise StartupError(f"cannot listen on the unix socket {path}: {exc.strerror or exc}") from None
+    _warn_if_others_can_take(path)
     return sock
+
+
+def _warn_if_others_can_take(path: str) -> None:
+    # The socket admits only this uid, but its clients trust the path: an independent test, as
+    # real users, renamed the user's socket in a group's directory and bound its own there, and
+    # the user's client sent it the token. Said, as for the index's directory; not refused (the
+    # user chose the path, and a sticky /tmp lets nobody else rename it).
+    from ccweb_index.indexer.private import others_decide
+
+    directory = os.path.dirname(os.path.abspath(path))
+    if others_decide(directory):
+        log.warning(
+            "other users can make files in %s, the unix socket's directory: one of them can put a socket of "
+            "theirs at %s while this server is not listening there (or, without the sticky bit, even while it "
+            "is), and your clients would send it their requests; put the socket in a directory only you can write",
+            directory,
+            path,
+        )
 
 
 def _clear_stale_socket(path: str) -> None:

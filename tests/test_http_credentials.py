@@ -86,6 +86,37 @@ def test_a_default_token_file_edited_into_no_header_value_is_refused(tmp_path: P
     assert printed.returncode == 1 and "must be printable ASCII" in printed.stderr and not printed.stdout
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a file of another user's needs root")
+@pytest.mark.parametrize("which", ["default", "--token-file"])
+def test_a_token_file_another_user_made_or_can_write_is_refused(
+    tmp_path: Path, corpus: Corpus, db_path: Path, which: str
+) -> None:
+    """Where the config directory is one others can write, another user put a token file of theirs
+    where the default one goes, with a token they knew, and called every tool; a `--token-file` of
+    theirs was only warned about ("chmod 600 it", which the user cannot do). Either is refused, as is
+    one of the user's that others can write, before the server listens."""
+    write_two_families(corpus)
+    token_file = tmp_path / "config" / "ccweb-index" / "token"
+    token_file.parent.mkdir(parents=True, mode=0o700)
+    command = [CCWEB_INDEX, "serve", "--transport", "http", "--port", "0",
+               "--sessions-dir", str(corpus.path), "--db", str(db_path)]  # fmt: skip
+    if which == "--token-file":
+        command += ["--token-file", str(token_file)]
+    env = _clean_env(XDG_CONFIG_HOME=str(tmp_path / "config"))
+    for owner, mode, says in ((65534, 0o600, "belongs to another user (uid 65534)"),
+                              (os.geteuid(), 0o620, "other users can write the token file")):  # fmt: skip
+        token_file.write_text("a-token-they-know-0123456789abcdef\n")
+        token_file.chmod(mode)
+        os.chown(token_file, owner, owner)
+        # A short time-out: without the check the server starts, and runs until it is killed.
+        result = subprocess.run(command, capture_output=True, text=True, timeout=15, stdin=subprocess.DEVNULL, env=env)
+        assert result.returncode == 1 and says in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and not db_path.exists()
+    if which == "default":  # `ccweb-index token` would hand it to the user's clients
+        printed = subprocess.run([CCWEB_INDEX, "token"], capture_output=True, text=True, timeout=60, env=env)
+        assert printed.returncode == 1 and "other users can write" in printed.stderr and not printed.stdout
+
+
 def test_a_configured_token_wins_and_no_file_is_made(tmp_path: Path, corpus: Corpus, db_path: Path) -> None:
     write_two_families(corpus)
     with http_server(corpus.path, db_path, tmp_path / "log", token="configured-token-0123456789") as server:
@@ -252,3 +283,22 @@ def test_a_socket_of_another_user_at_the_path_is_refused(tmp_path: Path, corpus:
                             timeout=60)  # fmt: skip
     assert result.returncode == 1 and "is a socket of another user (uid 65534)" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and theirs.stat().st_uid == 65534
+
+
+@pytest.mark.parametrize("mode", [0o700, 0o2775, 0o1777])
+def test_a_unix_socket_where_others_can_make_files_is_warned_about(
+    tmp_path: Path, mode: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another user renamed the user's socket in a group's directory and bound theirs at the path;
+    the user's client then sent it the token (an independent test, as real users). Nothing said so."""
+    import logging
+
+    from ccweb_index.server.http import bind_unix_socket
+
+    directory = tmp_path / "run"
+    directory.mkdir()
+    directory.chmod(mode)
+    caplog.set_level(logging.WARNING, logger="ccweb_index")
+    bind_unix_socket(str(directory / "s.sock")).close()
+    warned = [r.getMessage() for r in caplog.records if "the unix socket's directory" in r.getMessage()]
+    assert len(warned) == (0 if mode == 0o700 else 1), warned
