@@ -8,18 +8,18 @@ dirty set, as it is once a cookie comes back, without the cookie's file, its eve
 hand-offs. Anything else (events queued, a batch being handled, the reader somewhere else) says
 False, and the caller sends a cookie.
 
-watchdog has handled events in two ways, and this relies on its private structure, so both are
-told apart here and the supported releases are pinned in pyproject.toml:
+watchdog has handled events in two ways, and this relies on its private structure, so `drained()`
+says yes only on the releases named in KNOWN_RELEASES, with the way each hands events on:
 
-- up to 7.1.0, the reader thread handles the events of a read before it waits again;
-- from 7.1.1, the reader only reads, into `_raw_queue`, and a dispatcher thread takes each chunk
-  from it and handles it. Parked then says nothing about what was handled: the queue counts the
-  chunks put in, and the chunks the dispatcher has finished (it comes back for the next one only
-  when the last is handled).
+- 7.1.0: the reader thread handles the events of a read before it waits again;
+- 7.1.1: the reader only reads, into `_raw_queue`, and a dispatcher thread takes each chunk from it
+  and handles it. Parked then says nothing about what was handled: the queue counts the chunks put
+  in, and the chunks the dispatcher has finished (it comes back for the next one only when the
+  last is handled).
 
 7.1.1 also gave the wait a timeout parameter (a bounded wait gathers a burst). Only the unbounded
 wait, the one between two reads, is a place to be parked. A reader that stops on an exception says
-so in one line, never a thread's traceback, and `alive` turns False so its owner can replace it.
+so in one line, never a thread's traceback, tells its owner (`on_failure`), and `alive` turns False.
 
 Imported where a watcher is made: watchdog is not loaded before then.
 """
@@ -31,23 +31,36 @@ import fcntl
 import logging
 import termios
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from watchdog.observers.inotify_c import InotifyFD
+from watchdog.version import VERSION_INFO
 
 log = logging.getLogger("ccweb_index")
 
+# The releases whose structure `drained` was written for and tested on, and how each hands events
+# on. Any other release, even one pyproject.toml admits, sends a cookie for every call: a renamed
+# attribute would otherwise pass for the other way and give stale answers (a review showed it with
+# a 7.1.1 whose `_raw_queue` was renamed: 219 stale answers in 124,347 calls).
+HANDS_ON_INLINE, HANDS_ON_THROUGH_A_QUEUE = "inline", "queue"
+KNOWN_RELEASES: dict[tuple[int, ...], str] = {(7, 1, 0): HANDS_ON_INLINE, (7, 1, 1): HANDS_ON_THROUGH_A_QUEUE}
+
 
 class InotifyReader(InotifyFD):
-    def __init__(self) -> None:
+    """`on_failure` is called (on the reader's thread) if the reader ends on an exception."""
+
+    def __init__(self, on_failure: Callable[[], None] = lambda: None) -> None:
         super().__init__()
         self._parked_lock = threading.Lock()
         self._parked = False  # in the unbounded wait for the kernel queue
+        self._on_failure = on_failure
         self.failure: BaseException | None = None
-        raw = getattr(self, "_raw_queue", None)
-        self._chunks = _CountedQueue(raw) if raw is not None else None
-        if self._chunks is not None:  # the reader and the dispatcher use only its put and gets
-            self._raw_queue = self._chunks  # type: ignore[assignment]
+        self._chunks: _CountedQueue | None = None
+        way = KNOWN_RELEASES.get(tuple(VERSION_INFO))
+        if way == HANDS_ON_THROUGH_A_QUEUE:  # the reader and the dispatcher use only its put and gets
+            self._chunks = self._raw_queue = _CountedQueue(self._raw_queue)  # type: ignore[assignment]
+        self._proves = way is not None
 
     def run(self) -> None:
         try:
@@ -55,6 +68,12 @@ class InotifyReader(InotifyFD):
         except BaseException as exc:  # the thread ends here either way: said once, as a line
             self.failure = exc
             log.warning("the inotify reader stopped (%s: %s)", type(exc).__name__, exc)
+            self._on_failure()
+
+    @property
+    def failed(self) -> bool:
+        # 7.1.1's dispatcher records its failure and stops the watches before the reader raises it.
+        return self.failure is not None or getattr(self, "_dispatch_error", None) is not None
 
     def _coalesce_event_buffer(self, first_chunk: bytes, deadline: float) -> bytes:
         # 7.1.1 holds a read that comes soon after the previous one for up to a millisecond, to
@@ -66,7 +85,7 @@ class InotifyReader(InotifyFD):
 
     @property
     def alive(self) -> bool:
-        return self.failure is None and self.is_alive()
+        return not self.failed and self.is_alive()
 
     def _check_inotify_fd(self, *args: Any, **kwargs: Any) -> bool:
         timeout_ms = args[0] if args else kwargs.get("timeout_ms")
@@ -84,6 +103,8 @@ class InotifyReader(InotifyFD):
 
     def drained(self) -> bool:
         """Whether every event the kernel queued before this call has been handled."""
+        if not self._proves:
+            return False
         with self._parked_lock:  # the reader cannot leave its wait, and read, meanwhile
             if not self._parked or (self._chunks is not None and not self._chunks.all_handled()):
                 return False

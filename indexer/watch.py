@@ -155,13 +155,17 @@ class _DirtySet:
                 self.oldest_pending_at = time.monotonic()
             self._cond.notify_all()
 
-    def overflow(self) -> None:
+    def overflow(self) -> bool:
+        """Mark events lost; False when they were marked lost already (not yet applied)."""
         with self._cond:
+            if self._overflow:
+                return False
             self._overflow = True
             self._lost_at = time.time_ns()
             if self.oldest_pending_at is None:
                 self.oldest_pending_at = time.monotonic()
             self._cond.notify_all()
+            return True
 
     def take(self) -> tuple[dict[str, int], bool, float | None]:
         with self._cond:
@@ -318,7 +322,7 @@ class InotifyWatcher:
         self.dirty = _DirtySet()
         self.watched: tuple[int, int] | None = None
         self._on_error = on_error
-        self._inotify = InotifyReader()
+        self._inotify = InotifyReader(on_failure=self._reader_failed)
         # No IN_DONT_FOLLOW: the sessions path itself may be a symlink to the directory (as it may
         # for every other use of the path); entries in it are never followed.
         self._session_mask = Mask(
@@ -343,7 +347,7 @@ class InotifyWatcher:
 
     @property
     def broke(self) -> bool:
-        return self._inotify.failure is not None
+        return self._inotify.failed
 
     def start(self) -> None:
         from watchdog.observers.inotify_c import CallbackId
@@ -432,11 +436,18 @@ class InotifyWatcher:
             self._cookie_seen = self._cookie_issued
             self._cookie_cond.notify_all()
 
+    def _reader_failed(self) -> None:
+        # Calls waiting for a cookie the dead reader will never see go on now, to check the files
+        # (`sync` finds the watcher no longer running); they waited for the supervisor's next look.
+        self._healthy = False
+        self._release_cookies()
+
     def _overflowed(self) -> None:
         # Lost events may include cookies. The overflow flag makes the next apply a full reconcile,
-        # which covers every change so far, so releasing the waiting cookies is sound.
-        log.warning("the watcher lost events (inotify queue overflow); reconciling the whole directory")
-        self.dirty.overflow()
+        # which covers every change so far, so releasing the waiting cookies is sound; it must be
+        # set before they are released. watchdog tells each callback (two): said once.
+        if self.dirty.overflow():
+            log.warning("the watcher lost events (inotify queue overflow); reconciling the whole directory")
         self._release_cookies()
 
     def _cookie_arrived(self, name: bytes) -> None:
