@@ -34,6 +34,7 @@ from ccweb_index.indexer.private import (
     make_private_dir,
     not_for_the_index,
     not_own_file,
+    open_files,
     open_private,
     others_decide,
     prepare_database,
@@ -260,9 +261,10 @@ def open_handle(
             replacing.close()  # after the discard: a moved database is closed without a checkpoint
         conn: sqlite3.Connection | None = None
         try:
+            before = open_files()
             conn = connect(path)
             _migrate_and_claim(conn, sessions_dir)
-            refuse_others_open_files(path)
+            refuse_others_open_files(path, before)
             return Index(path, conn)
         except IndexMismatch:
             if conn is not None:
@@ -283,9 +285,10 @@ def open_handle(
         _discard(path)
         conn = None
         try:
+            before = open_files()
             conn = connect(path)
             _migrate_and_claim(conn, sessions_dir)
-            refuse_others_open_files(path)
+            refuse_others_open_files(path, before)
             return Index(path, conn)
         except IndexMismatch:
             if conn is not None:

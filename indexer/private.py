@@ -125,32 +125,53 @@ def refuse_others_files(path: Path) -> os.stat_result | None:
     return found.get(os.path.realpath(path))
 
 
-def refuse_others_open_files(path: Path) -> None:
-    """Raise IndexMismatch when a file SQLite holds open for the index at `path` (the database, its
-    journals) cannot be one of its files (`not_own_file`), judged by the descriptors themselves.
+def open_files() -> dict[str, tuple[int, int]] | None:
+    """This process's open descriptors, each with the identity (device, inode) of what it holds
+    (None: Linux's /proc/self/fd is not there)."""
+    try:
+        descriptors = os.listdir(_OPEN_FILES)
+    except OSError:
+        return None
+    held = {}
+    for fd in descriptors:
+        with contextlib.suppress(OSError):  # closed meanwhile (another thread's file)
+            st = os.stat(os.path.join(_OPEN_FILES, fd))
+            held[fd] = (st.st_dev, st.st_ino)
+    return held
+
+
+def refuse_others_open_files(path: Path, before: dict[str, tuple[int, int]] | None) -> None:
+    """Raise IndexMismatch when a file opened since `before` (`open_files()` just before SQLite
+    opened the index at `path`), on the index directory's filesystem, cannot be one of its files
+    (`not_own_file`, judged as a file of that directory), whatever its name is now.
 
     The names were judged just before SQLite opened them by name, but in a directory others decide
     about, another user can put a file of theirs at a name in between, timing it by watching the
     directory with inotify: an independent test won 4 of 4 against a running server it made replace
-    its index (by deleting the `-wal`), and the words went into its file. Asked once SQLite has opened
-    them all (after its first read), before any of the user's words is written. Linux only
-    (/proc/self/fd); elsewhere the names' check stands alone."""
-    real = os.path.realpath(path)
-    names = {real, *(f"{real}{suffix}" for suffix in ("-wal", "-shm", "-journal"))}
-    try:
-        descriptors = os.listdir(_OPEN_FILES)
-    except OSError:
+    its index (by deleting the `-wal`), and the words went into its file. Judging the descriptors
+    SQLite holds by their names was not enough: the next test renamed its file away as soon as SQLite
+    had opened it (10 of 10 servers, and a forged input checkpointed into the user's database). So
+    every file this process opened meanwhile is judged (another thread's session file included).
+    Asked once SQLite has opened them all (after its first read), before any of the user's words is
+    written. Linux only (/proc/self/fd); elsewhere the names' check stands alone."""
+    if before is None:
         return
-    for fd in descriptors:
+    directory = os.path.dirname(os.path.realpath(path))
+    if not others_decide(directory):
+        return
+    device = os.stat(directory).st_dev
+    for fd, identity in (open_files() or {}).items():
+        if before.get(fd) == identity or identity[0] != device:
+            continue
         held = os.path.join(_OPEN_FILES, fd)
         try:
-            name = os.readlink(held).removesuffix(" (deleted)")
-            if name not in names:
-                continue
-            st = os.stat(held)  # the file the descriptor holds, whatever its name leads to now
-        except OSError:  # closed meanwhile (another thread's file)
+            st, name = os.stat(held), os.readlink(held).removesuffix(" (deleted)")
+        except OSError:  # closed meanwhile
             continue
-        refuse_unless_own(name, st)
+        if stat.S_ISREG(st.st_mode):
+            problem = _not_the_users(os.path.join(directory, "index"), st)
+            if problem is not None:
+                raise not_for_the_index(f"{name}, which SQLite opened for the index,", problem)
 
 
 # Where Linux shows this process's open files, each as a link named by its descriptor.

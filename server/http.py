@@ -134,14 +134,21 @@ def checked_token(token: str, origin: str) -> str:
 def judge_token_file(
     path: str | os.PathLike[str], st: os.stat_result, renew: str = "put a new token in it and chmod 600 it"
 ) -> None:
-    """Raise StartupError when whoever else made or can write the token file chose the token: a
-    file of another user's (root's aside), or one others can write, would let them call every tool
-    (an independent test, as real users, planted one where the default file goes). Warn when others
-    can read it."""
+    """Raise StartupError when someone else chose the token or can read it where the user cannot
+    change that: a file of another user's, one of root's that others can read, or one others can
+    write, would let them call every tool (an independent test, as real users, planted one where
+    the default file goes). Warn when others can read a file of the user's."""
     if st.st_uid not in (os.geteuid(), 0):
         raise StartupError(
             f"the token file {os.fsdecode(path)} belongs to another user (uid {st.st_uid}), who then knows "
             "the token; use a token file of your own"
+        )
+    if st.st_uid != os.geteuid() and st.st_mode & (stat.S_IRGRP | stat.S_IROTH):
+        # The user cannot make it private; a link to any file of root's others can read (the next
+        # test used /etc/machine-id) gave them the token.
+        raise StartupError(
+            f"the token file {os.fsdecode(path)} is root's and other users can read it, so they know the "
+            "token; use a token file of your own"
         )
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise StartupError(

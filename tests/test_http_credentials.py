@@ -302,3 +302,20 @@ def test_a_unix_socket_where_others_can_make_files_is_warned_about(
     bind_unix_socket(str(directory / "s.sock")).close()
     warned = [r.getMessage() for r in caplog.records if "the unix socket's directory" in r.getMessage()]
     assert len(warned) == (0 if mode == 0o700 else 1), warned
+
+
+def test_a_token_file_of_root_s_that_others_can_read_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another user linked the token file's name to a file of root's that everyone can read
+    (/etc/machine-id), and so knew the token (an independent test, as real users); only "chmod 600
+    it" was said, which the user cannot do. Root's own file that only root reads stays usable (an
+    administrator may hand a user a token that way)."""
+    from ccweb_index.server.http import StartupError, judge_token_file
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # the user; the files below are root's
+
+    def roots(mode: int) -> os.stat_result:
+        return os.stat_result((stat.S_IFREG | mode, 1, 1, 1, 0, 0, 33, 0, 0, 0))
+
+    with pytest.raises(StartupError, match="is root's and other users can read it"):
+        judge_token_file("/etc/machine-id", roots(0o444))
+    judge_token_file("/etc/ccweb-index/token", roots(0o400))

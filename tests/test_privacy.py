@@ -478,13 +478,18 @@ def test_in_a_directory_only_its_owner_can_write_any_owner_is_taken(corpus: Corp
 
 
 @as_root
+@pytest.mark.parametrize("renamed", [False, True], ids=["left", "renamed-away"])
 @pytest.mark.parametrize("suffix", ["", "-wal", "-shm"])
-def test_a_file_of_another_user_put_down_just_before_sqlite_opens_it_is_refused(shared_base: Path, suffix: str) -> None:
+def test_a_file_of_another_user_put_down_just_before_sqlite_opens_it_is_refused(
+    shared_base: Path, suffix: str, renamed: bool
+) -> None:
     """The names are judged just before SQLite opens them by name; another user who can write the
     directory, watching it with inotify, puts a file of theirs at one in between (an independent test
     won 4 of 4 against a running server it made replace its index, and read every word from its
-    `-wal`). What SQLite holds open is judged, before any word is written. The user is `nobody`
-    here: SQLite run by root gives its journals the database's owner, which hides the race."""
+    `-wal`). Judged again by name once SQLite held it, it was renamed away as soon as SQLite had
+    opened it (the next test: 10 of 10 servers). What SQLite opened is judged, whatever its name,
+    before any word is written. The user is `nobody` here: SQLite run by root gives its journals
+    the database's owner, which hides the race."""
     from ccweb_index.indexer import db as dbmod
 
     try:
@@ -498,14 +503,19 @@ def test_a_file_of_another_user_put_down_just_before_sqlite_opens_it_is_refused(
     theirs.write_bytes(b"")
     theirs.chmod(0o666)
     os.chown(theirs, them, them)
-    prepare = dbmod.prepare_database
+    prepare, migrate = dbmod.prepare_database, dbmod._migrate_and_claim
 
     def then_theirs(path: Path) -> None:
         prepare(path)  # the last check of the names: the race is won after it
         os.replace(theirs, f"{path}{suffix}")
 
+    def then_hidden(conn: sqlite3.Connection, sessions_dir: str) -> None:
+        migrate(conn, sessions_dir)  # SQLite has opened every file by now
+        if renamed:
+            os.replace(f"{db}{suffix}", project / ".hidden")
+
     def open_it() -> str:
-        dbmod.prepare_database = then_theirs  # in the child only
+        dbmod.prepare_database, dbmod._migrate_and_claim = then_theirs, then_hidden  # in the child only
         try:
             dbmod.open_handle(db, str(shared_base / "sessions")).close()
         except IndexMismatch as exc:
@@ -516,10 +526,9 @@ def test_a_file_of_another_user_put_down_just_before_sqlite_opens_it_is_refused(
 
     from ccweb_index.migrations import migrations  # noqa: F401
 
-    said = as_user(user, user, open_it)
-    # Named by the descriptor SQLite held: theirs was what it opened (closing it, SQLite removes a
-    # journal it holds, so the file is not looked at afterwards).
-    assert f"{db}{suffix} belongs to another user (uid {them})" in said, said
+    said = " ".join(as_user(user, user, open_it).split())
+    name = project / ".hidden" if renamed else f"{db}{suffix}"
+    assert f"{name}, which SQLite opened for the index, belongs to another user (uid {them})" in said, said
 
 
 @as_root
