@@ -6,6 +6,7 @@ docs/reliability.md tells the history (the defects, and the commits that fixed t
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -191,6 +192,29 @@ def test_a_late_commit_does_not_bring_back_a_deleted_session(corpus: Corpus, db_
         assert [r[0] for r in rows(h)] == ["y"]
     finally:
         h.close()
+
+
+def test_a_late_commit_before_a_forget_does_not_keep_a_deleted_session(corpus: Corpus, db_path: Path) -> None:
+    """The other order (an independent stress test, six callers: a deleted conversation listed on
+    and on): S reads version 1; the file is deleted; H sees it gone, with version 0's row; S commits
+    first (its ctime is later than the row's), then H forgets only "if its row is still the one it
+    saw", which it no longer is. The row of a file that is gone stayed, and no later event would
+    ever remove it. Whatever commits under the write lock while the file is gone now leaves no row."""
+    corpus.write("x", session("v0", updated="2026-11-01T00:00:00Z"))
+    corpus.write("y", session("y", updated="2026-11-05T00:00:00Z"))
+    assert cli("build", "--sessions-dir", str(corpus.path), "--db", str(db_path)).returncode == 0
+    s, h = PausedWriter(corpus, db_path), PausedWriter(corpus, db_path)  # each reconciles as it starts
+    corpus.write("x", session("v1", updated="2026-11-02T00:00:00Z"))
+    s.look_at("x")  # has read version 1, not committed yet
+    corpus.delete("x")
+    h.look_at("x")  # has seen it gone, with version 0's row; not committed yet
+    s.commit()
+    h.commit()
+    conn = sqlite3.connect(db_path)
+    try:
+        assert conn.execute("SELECT id FROM sessions ORDER BY id").fetchall() == [("y",)]
+    finally:
+        conn.close()
 
 
 def test_a_clock_stepped_back_does_not_freeze_a_session(corpus: Corpus, db_path: Path) -> None:
