@@ -358,18 +358,12 @@ class Indexer:
             return []
         with self.handle.connection() as conn, write_transaction(conn):
             # Other processes write this index too, and one may have committed since `stored` was
-            # read. Under the write lock: a file gone now has no row, whatever was read of it
-            # before (a late commit of a read made before a delete kept the row of a deleted file
-            # when it came before the forget of another writer, which then no longer found the row
-            # it had seen: found by an independent stress test); a read replaces a row only if it
-            # saw the file in the same or a later state (ctime orders a file's states; userspace
-            # cannot set it back), so a late commit of an older read never undoes a newer one.
+            # read. Under the write lock: a read replaces a row only if it saw the file in the same
+            # or a later state (ctime orders a file's states; userspace cannot set it back), so a
+            # late commit of an older read never undoes a newer one; and a file seen gone is
+            # forgotten only if its row is still the one that was seen.
             now = store.stored_signatures(conn, [item.session_id for item in loaded] + gone)
-            gone_now = {i for i in now if lstat_session(self.sessions_dir, i) is None}
-            loaded = [
-                item for item in loaded
-                if item.session_id not in gone_now and self._newer_than_row(item, now.get(item.session_id))
-            ]  # fmt: skip
+            loaded = [item for item in loaded if self._newer_than_row(item, now.get(item.session_id))]
             # A resumed read adds to the version its checkpoint describes: it must still be the one here.
             resumed = [item.session_id for item in loaded if item.base is not None]
             held = store.stored_checkpoints(conn, resumed) if resumed else {}
@@ -377,7 +371,7 @@ class Indexer:
                 item.session_id for item in loaded if item.base is not None and held.get(item.session_id) != item.base
             }
             loaded = [item for item in loaded if item.session_id not in stale]
-            gone = sorted(gone_now)
+            gone = [i for i in gone if i in now and i in stored and now[i].sig == stored[i].sig]
             store.record_loaded(conn, loaded)
             store.forget(conn, gone)
         self._count(loaded, gone, stored, stats)
