@@ -5,8 +5,8 @@ the writes completed before the call began.
     CALLERS=6 python -m bench.stress_staleness SECONDS [thread|process] [NIDS]
 
 Written by an independent reviewer (2026-12-04) and kept as it was, apart from paths and layout:
-with six callers it finds the open defect in docs/reliability.md ("a deleted conversation can stay
-listed"); prints `stale=N` and up to ten stale answers. A diagnostic, not a benchmark: no figure
+with six callers it finds the stale answers in docs/reliability.md ("stale answers under six
+concurrent callers"); prints `stale=N` and up to ten stale answers. A diagnostic, not a benchmark: no figure
 of it goes in docs/benchmarks.md."""
 
 import bisect

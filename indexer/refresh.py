@@ -363,6 +363,14 @@ class Indexer:
             # late commit of an older read never undoes a newer one; and a file seen gone is
             # forgotten only if its row is still the one that was seen.
             now = store.stored_signatures(conn, [item.session_id for item in loaded] + gone)
+            # A file read and then deleted before this commit: its read is not recorded
+            # (`_newer_than_row`), and its row goes, as the delete's own look would have done. That
+            # look, if another writer's, forgets only the row it saw, which a read committed first
+            # used to replace: the row of a deleted file stayed (an independent stress test).
+            gone_since = [
+                item.session_id for item in loaded
+                if item.session_id in now and lstat_session(self.sessions_dir, item.session_id) is None
+            ]  # fmt: skip
             loaded = [item for item in loaded if self._newer_than_row(item, now.get(item.session_id))]
             # A resumed read adds to the version its checkpoint describes: it must still be the one here.
             resumed = [item.session_id for item in loaded if item.base is not None]
@@ -372,6 +380,7 @@ class Indexer:
             }
             loaded = [item for item in loaded if item.session_id not in stale]
             gone = [i for i in gone if i in now and i in stored and now[i].sig == stored[i].sig]
+            gone = sorted(set(gone) | set(gone_since))
             store.record_loaded(conn, loaded)
             store.forget(conn, gone)
         self._count(loaded, gone, stored, stats)
@@ -401,7 +410,9 @@ class Indexer:
             # One state as far as stat can tell. A settled read is the state's final content; of two
             # racy reads, which may differ (two writes in one timestamp tick), the later one.
             return not item.racy or (row.racy != 0 and row.racy <= item.racy)
-        if st is not None and Signature.of(st) == item.sig:
+        if st is None:  # deleted since it was read: `_write` forgets the row
+            return False
+        if Signature.of(st) == item.sig:
             return True  # the file's current state, whatever the clock did
         # Neither is the file now. Only a strictly later ctime says the item is the later state: with
         # coarse timestamps, equal ctimes may be two states in either order.

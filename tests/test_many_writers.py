@@ -194,18 +194,12 @@ def test_a_late_commit_does_not_bring_back_a_deleted_session(corpus: Corpus, db_
         h.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect (2026-12-04), not fixed yet: the fix tried in indexer/refresh.py made the six-caller "
-    "stress test staler (49-64 stale answers in 30 s against 0-5, interleaved), so it was taken back; "
-    "docs/reliability.md, bench/stress_staleness.py",
-)
 def test_a_late_commit_before_a_forget_does_not_keep_a_deleted_session(corpus: Corpus, db_path: Path) -> None:
     """The other order (an independent stress test, six callers: a deleted conversation listed on
     and on): S reads version 1; the file is deleted; H sees it gone, with version 0's row; S commits
     first (its ctime is later than the row's), then H forgets only "if its row is still the one it
     saw", which it no longer is. The row of a file that is gone stayed, and no later event would
-    ever remove it. Whatever commits under the write lock while the file is gone now leaves no row."""
+    ever remove it. A read of a file gone when it commits is not recorded, and the row goes."""
     corpus.write("x", session("v0", updated="2026-11-01T00:00:00Z"))
     corpus.write("y", session("y", updated="2026-11-05T00:00:00Z"))
     assert cli("build", "--sessions-dir", str(corpus.path), "--db", str(db_path)).returncode == 0
