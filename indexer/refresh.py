@@ -367,11 +367,9 @@ class Indexer:
             # (`_newer_than_row`), and its row goes, as the delete's own look would have done. That
             # look, if another writer's, forgets only the row it saw, which a read committed first
             # used to replace: the row of a deleted file stayed (an independent stress test).
-            gone_since = [
-                item.session_id for item in loaded
-                if item.session_id in now and lstat_session(self.sessions_dir, item.session_id) is None
-            ]  # fmt: skip
-            loaded = [item for item in loaded if self._newer_than_row(item, now.get(item.session_id))]
+            files = {item.session_id: lstat_session(self.sessions_dir, item.session_id) for item in loaded}
+            gone_since = [i for i, st in files.items() if st is None and i in now]
+            loaded = [item for item in loaded if _newer_than_row(item, now.get(item.session_id), files[item.session_id])]
             # A resumed read adds to the version its checkpoint describes: it must still be the one here.
             resumed = [item.session_id for item in loaded if item.base is not None]
             held = store.stored_checkpoints(conn, resumed) if resumed else {}
@@ -401,22 +399,23 @@ class Indexer:
         stats.removed += len(gone)
         stats.changed.update(gone)
 
-    def _newer_than_row(self, item: Loaded, row: store.Stored | None) -> bool:
-        """Whether `item` may replace `row` (docs/design.md, "Several writers" and "Equal ctimes")."""
-        st = lstat_session(self.sessions_dir, item.session_id)
-        if row is None:
-            return st is not None  # a row forgotten meanwhile stays forgotten if the file is gone
-        if row.sig == item.sig:
-            # One state as far as stat can tell. A settled read is the state's final content; of two
-            # racy reads, which may differ (two writes in one timestamp tick), the later one.
-            return not item.racy or (row.racy != 0 and row.racy <= item.racy)
-        if st is None:  # deleted since it was read: `_write` forgets the row
-            return False
-        if Signature.of(st) == item.sig:
-            return True  # the file's current state, whatever the clock did
-        # Neither is the file now. Only a strictly later ctime says the item is the later state: with
-        # coarse timestamps, equal ctimes may be two states in either order.
-        return row.sig.ctime_ns < item.sig.ctime_ns
+
+def _newer_than_row(item: Loaded, row: store.Stored | None, st: os.stat_result | None) -> bool:
+    """Whether `item` may replace `row`, its file being `st` now (docs/design.md, "Several
+    writers" and "Equal ctimes")."""
+    if row is None:
+        return st is not None  # a row forgotten meanwhile stays forgotten if the file is gone
+    if row.sig == item.sig:
+        # One state as far as stat can tell. A settled read is the state's final content; of two
+        # racy reads, which may differ (two writes in one timestamp tick), the later one.
+        return not item.racy or (row.racy != 0 and row.racy <= item.racy)
+    if st is None:  # deleted since it was read: `_write` forgets the row
+        return False
+    if Signature.of(st) == item.sig:
+        return True  # the file's current state, whatever the clock did
+    # Neither is the file now. Only a strictly later ctime says the item is the later state: with
+    # coarse timestamps, equal ctimes may be two states in either order.
+    return row.sig.ctime_ns < item.sig.ctime_ns
 
 
 def _is_latest(known: store.Stored | None, written: Callable[[str], int] | None, session_id: str) -> bool:
