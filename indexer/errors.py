@@ -23,7 +23,13 @@ import sqlite3
 
 
 class IndexFailure(Exception):
-    """The index cannot serve this call; what to do about it is in the subclass."""
+    """The index cannot serve this call; what to do about it is in the subclass.
+
+    `about`: the open index (`indexer.db.Index`) whose connection failed; None when no connection
+    did (an open, a lock waited for past the deadline). The handle ignores a failure about an index
+    it has replaced meanwhile."""
+
+    about: object | None = None
 
 
 class IndexBusy(IndexFailure):

@@ -220,6 +220,11 @@ class IndexHandle:
         in the background (the watcher's applier, which retries by itself): its retries would keep
         the calls from ever trying the index again.
         """
+        if isinstance(exc, IndexFailure) and exc.about is not None and exc.about is not self._index:
+            # About an index replaced (or closed) since it failed: what made that happen was said
+            # then. Taken for the new one, it replaced a sound index and said so twice (the failed
+            # write's thread came here after a call had seen the damage and replaced it).
+            return
         self._faulty = True
         message = self._describe(exc)
         if message is not None:
@@ -282,7 +287,7 @@ class _Held:
 
 
 class _Connection:
-    __slots__ = ("_handle",)
+    __slots__ = ("_handle", "_index")
 
     def __init__(self, handle: IndexHandle) -> None:
         self._handle = handle
@@ -293,9 +298,12 @@ class _Connection:
         if handle._index is None:
             handle.lock.release()
             raise IndexUnavailable(f"the index is not open ({handle._reason})")
-        return handle._index.conn
+        self._index = handle._index
+        return self._index.conn
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._handle.lock.release()
         if isinstance(exc, sqlite3.Error):
-            raise translate(exc) from exc
+            failure = translate(exc)
+            failure.about = self._index
+            raise failure from exc

@@ -28,6 +28,9 @@ import pytest
 
 from ccweb_index.indexer import db as dbmod
 from ccweb_index.indexer import stored
+from ccweb_index.indexer.errors import IndexBroken
+from ccweb_index.indexer.handle import IndexHandle
+from ccweb_index.indexer.refresh import Indexer
 from ccweb_index.migrations import migrations
 from ccweb_index.server.service import Service
 
@@ -167,6 +170,38 @@ def test_index_damaged_under_running_servers(tmp_path: Path, how: str) -> None:
     # The index left behind is sound, and says what a fresh build says.
     assert_consistent(db)
     assert fresh_build_content(corpus, db) == fresh_build_content(corpus, tmp_path / "fresh.sqlite")
+
+
+def test_a_failure_about_a_replaced_index_is_not_taken_for_the_new_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The applier's write meets the damage ("file is not a database") and leaves the lock; before
+    it says so, a call's look sees the truncated file and replaces the index. The write's failure is
+    about the index replaced: it must neither replace the new one nor be said again (a flake of the
+    test above, [truncated-to-0], under load: two rebuild lines)."""
+    corpus = Corpus(tmp_path / "sessions")
+    make_corpus(corpus)
+    db = tmp_path / "index" / "index.sqlite"
+    handle = IndexHandle(db, str(corpus.path))
+    with handle.lock:
+        assert handle.open()
+    Indexer(handle).reconcile()
+    garbage = tmp_path / "garbage"
+    garbage.write_bytes(b"not a database" * 1000)
+    with pytest.raises(IndexBroken) as write_failed:
+        with handle.connection():
+            sqlite3.connect(garbage).execute("SELECT * FROM sqlite_master")  # SQLite's own NOTADB
+    caplog.set_level(logging.INFO, logger="ccweb_index")
+    damage(db, "truncated-to-0")
+    with handle.lock:
+        handle.ready()  # the call's look: replaced, and said
+    Indexer(handle).reconcile()
+    handle.failed(write_failed.value, background=True)  # the applier, late
+    with handle.lock:
+        handle.ready()
+    assert not handle.needs_reconcile, "the sound new index was replaced too"
+    assert len([r for r in caplog.records if REBUILT.search(r.getMessage())]) == 1, caplog.text
+    assert handle.fault is None, handle.fault
 
 
 def hold_lock(db: Path, *, exclusive_mode: bool = False) -> subprocess.Popen[str]:

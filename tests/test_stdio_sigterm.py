@@ -396,6 +396,16 @@ def test_a_signal_before_the_commands_take_it_leaves_quietly(
     assert err == ""
 
 
+def signal_state(pid: int) -> str:
+    """What /proc says of a process's signals and threads, for a signal that did not end it."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as exc:
+        return str(exc)
+    wanted = ("State", "Threads", "SigQ", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+    return "; ".join(line for line in lines if line.split(":")[0] in wanted)
+
+
 def stopped_as_it_begins(
     tmp_path: Path,
     corpus: Corpus,
@@ -418,7 +428,11 @@ def stopped_as_it_begins(
     try:
         assert wait_until(marker.exists, 30), f"{marker.name}: it never began"
         os.kill(proc.pid, signum)
-        assert proc.wait(timeout=within) == status
+        try:
+            code = proc.wait(timeout=within)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running {within} s after the signal: {signal_state(proc.pid)}") from None
+        assert code == status
     finally:
         if proc.poll() is None:
             proc.kill()
