@@ -29,11 +29,10 @@ import signal
 import sys
 from typing import Any, NoReturn
 
-from ccweb_index.server.process import STOP_SIGNALS, leaves, raise_nofile
+from ccweb_index.server.process import OUT_OF_DESCRIPTORS, STOP_SIGNALS, leaves, out_of_descriptors, raise_nofile
 
 # The commands that run until a signal ends them.
 _ENDED_BY_SIGNAL = ("serve", "watch")
-_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
 
 
 def main() -> None:
@@ -70,16 +69,9 @@ def _leave_before_running(signum: int, _frame: Any) -> NoReturn:
 def _leave_if_out_of_descriptors(exc: BaseException) -> None:
     """One line instead of a traceback when `exc` is, or holds, a shortage of descriptors: what
     follows from one (a failing close in the event loop's teardown) comes with it."""
-    if not any(isinstance(leaf, OSError) and leaf.errno in _OUT_OF_DESCRIPTORS for leaf in leaves(exc)):
+    if not any(isinstance(leaf, OSError) and leaf.errno in OUT_OF_DESCRIPTORS for leaf in leaves(exc)):
         return
-    import resource
-
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    print(
-        f"ccweb-index: out of file descriptors (the open-files limit is {soft}): raise it, "
-        "e.g. `ulimit -n 1024` in the shell or LimitNOFILE= in systemd",
-        file=sys.stderr,
-    )
+    print(f"ccweb-index: {out_of_descriptors()}", file=sys.stderr)
     sys.stderr.flush()
     os._exit(1)
 

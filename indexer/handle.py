@@ -40,6 +40,7 @@ from ccweb_index.indexer.errors import (
     translate,
 )
 from ccweb_index.indexer.faultlog import FaultLog
+from ccweb_index.server.process import OUT_OF_DESCRIPTORS, out_of_descriptors
 
 log = logging.getLogger("ccweb_index")
 
@@ -253,6 +254,8 @@ class IndexHandle:
             return f"the index at {path} is not used: {exc}{self._then()}"
         if isinstance(exc, IndexUnavailable):
             return f"the index {path} cannot be used ({exc}){self._then()}"
+        if isinstance(exc, OSError) and exc.errno in OUT_OF_DESCRIPTORS:  # not the directory's fault
+            return f"the sessions directory {self.sessions_dir} cannot be read now: {out_of_descriptors()}"
         if isinstance(exc, OSError):  # from the sessions directory itself (files' errors are per file)
             return f"the sessions directory {self.sessions_dir} cannot be read ({exc.strerror or exc})"
         message = f"unexpected {type(exc).__name__} while using the index ({exc}){self._then()}"

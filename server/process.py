@@ -1,11 +1,12 @@
 """What a process of ours takes before the modules of its command are imported: the signals that
 stop it, and as many open files as it is allowed. The console script's entry (`__main__`) imports
-this module first, so it imports nothing at its top but the standard library's `signal` and
-`resource`: every module imported before the entry's handlers are in place widens the window in
+this module first, so it imports nothing at its top but the standard library's `errno`, `signal`
+and `resource`: every module imported before the entry's handlers are in place widens the window in
 which a stop signal meets Python's default (a traceback, or death by SIGTERM)."""
 
 from __future__ import annotations
 
+import errno
 import resource
 import signal
 from collections.abc import Iterator
@@ -30,6 +31,18 @@ def raise_nofile() -> int:
                 "cannot raise the open-files limit from %d to %d: %s", soft, hard, exc
             )
     return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+
+
+def out_of_descriptors() -> str:
+    """What to say when the process ran out of file descriptors: the limit, and how to raise it."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return (
+        f"out of file descriptors (the open-files limit is {soft}): raise it, "
+        "e.g. `ulimit -n 1024` in the shell or LimitNOFILE= in systemd"
+    )
 
 
 def leaves(exc: BaseException) -> Iterator[BaseException]:

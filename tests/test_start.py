@@ -3,15 +3,24 @@ limit. Its signals are in tests/test_stdio_sigterm.py."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import logging
+import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import zygote
+
+from ccweb_index.indexer import files
+from ccweb_index.server.service import Service
 
 from conftest import CCWEB_INDEX, Corpus, server_pid, session, stdio_client_for
 from faults import clean_env
@@ -53,3 +62,31 @@ def test_too_few_descriptors_end_the_command_in_one_line(tmp_path: Path, corpus:
     err = done.stderr.decode()
     assert done.returncode == 1 and "Traceback" not in err, err
     assert err.splitlines()[-1].startswith("ccweb-index: out of file descriptors (the open-files limit is 8)"), err
+
+
+def test_a_directory_unreadable_for_want_of_descriptors_says_so(
+    corpus: Corpus, db_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Out of descriptors when the first pass opens the sessions directory: the log named the
+    directory, "cannot be read (Too many open files)", as if its permissions were wrong (found at a
+    hard limit of 10 under `watch`). It says what is short, and how to raise the limit."""
+    corpus.write("w1", session("hello"))
+
+    @contextlib.contextmanager
+    def out_of_descriptors(sessions_dir: str) -> Iterator[int]:
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), sessions_dir)
+        yield 0  # a generator, as the real one is
+
+    monkeypatch.setattr(files, "_listed", out_of_descriptors)
+    caplog.set_level(logging.WARNING, logger="ccweb_index")
+    service = Service(corpus.path, db_path, watch=False)
+    try:
+        service.start()
+    finally:
+        service.close()
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    said = [r.getMessage() for r in caplog.records if str(corpus.path) in r.getMessage()]
+    assert said == [
+        f"the sessions directory {corpus.path} cannot be read now: out of file descriptors (the open-files limit "
+        f"is {limit}): raise it, e.g. `ulimit -n 1024` in the shell or LimitNOFILE= in systemd"
+    ], caplog.text
