@@ -2,12 +2,16 @@
 tools through an in-process Service with an inotify watcher, and every answer is checked against
 the writes completed before the call began.
 
-    CALLERS=6 python -m bench.stress_staleness SECONDS [thread|process] [NIDS]
+    CALLERS=6 [TRACE=1] python -m bench.stress_staleness SECONDS [thread|process] [NIDS]
 
 Written by an independent reviewer (2026-12-04) and kept as it was, apart from paths and layout:
 with six callers it finds the stale answers in docs/reliability.md ("stale answers under six
 concurrent callers"); prints `stale=N` and up to ten stale answers. A diagnostic, not a benchmark: no figure
-of it goes in docs/benchmarks.md."""
+of it goes in docs/benchmarks.md.
+
+TRACE=1 (added 2026-12-04, how the late commit after a forget was found) records every commit,
+refused read and forget of the index, and prints under each of the first four stale answers the
+writes and index events of its id from 300 ms before the call to 50 ms after, on one wall clock."""
 
 import bisect
 import json
@@ -97,7 +101,7 @@ def writer(sdir, done, stop, logq, seed):
                 state.pop(k, None)
             else:
                 state[k] = v
-        log.append((op, changes))
+        log.append((op, changes, time.time_ns()))
         counts[kind] = counts.get(kind, 0) + 1
         done.value = op  # after the change completed
         r = rnd.random()
@@ -109,7 +113,56 @@ def writer(sdir, done, stop, logq, seed):
     logq.put((log, counts))
 
 
+TRACING = bool(os.environ.get("TRACE"))
+TRACE: list[tuple] = []  # (wall ns, thread, what, id, ...): the index's writes, when TRACING
+
+
+def trace_index_writes():
+    """Record what each writer does to the index (TRACE=1): commits, refused reads, forgets."""
+    from ccweb_index.indexer import refresh, store
+
+    record_loaded, forget, newer_than_row = store.record_loaded, store.forget, refresh._newer_than_row
+
+    def state(sig):
+        return sig.ino, sig.size, sig.ctime_ns
+
+    def traced_record(conn, loaded):
+        for it in loaded:
+            title = None if it.row is None else it.row.title
+            TRACE.append((time.time_ns(), threading.current_thread().name, "commit", it.session_id, title, state(it.sig), it.racy))
+        return record_loaded(conn, loaded)
+
+    def traced_forget(conn, ids):
+        TRACE.extend((time.time_ns(), threading.current_thread().name, "forget", i) for i in ids)
+        return forget(conn, ids)
+
+    def traced_newer(item, row, st):
+        kept = newer_than_row(item, row, st)
+        if not kept:
+            title = None if item.row is None else item.row.title
+            TRACE.append((time.time_ns(), threading.current_thread().name, "refused", item.session_id, title,
+                          state(item.sig), item.racy, None if row is None else (state(row.sig), row.racy)))
+        return kept
+
+    store.record_loaded, store.forget, refresh._newer_than_row = traced_record, traced_forget, traced_newer
+
+
+def print_trace(stale_answer, records, log):
+    k, kind, i = stale_answer[:3]
+    began, ended = next(r[4:6] for r in records if r[0] == k and r[1] == kind and i in r[2])
+    low, high = began - 300_000_000, ended + 50_000_000
+    print(f"  call {began}..{ended}")
+    for op, changes, at in log:
+        if low < at < high and any(c[0] == i for c in changes):
+            print("  write", at, op, changes)
+    for event in TRACE:
+        if event[3] == i and low < event[0] < high:
+            print("  index", event)
+
+
 def main():
+    if TRACING:
+        trace_index_writes()
     if os.environ.get("BREAK_COUNTS"):
         from ccweb_index.indexer import inotify_reader
 
@@ -192,10 +245,10 @@ def main():
         rnd = random.Random(seed)
         while time.monotonic() < t_end:
             k = done.value
-            t0 = time.monotonic()
+            t0 = time.time_ns()
             if rnd.random() < float(os.environ.get("PLIST", "0.75")):
                 r = svc.call("ccweb_list_conversations", {"scope": "all", "limit": 100}, None)
-                dt = time.monotonic() - t0
+                dt = (time.time_ns() - t0) / 1e9
                 if r.is_error:
                     agg["errors"] += 1
                     print("error", r.payload)
@@ -208,7 +261,7 @@ def main():
                         {i: ans.get(i) for i in IDS},
                         getattr(in_sync, "path", None),
                         t0,
-                        time.monotonic(),
+                        time.time_ns(),
                         done.value,
                     )
                 )
@@ -216,7 +269,7 @@ def main():
             else:
                 i = rnd.choice(IDS)
                 r = svc.call("ccweb_list_user_inputs", {"conversationId": i}, None)
-                dt = time.monotonic() - t0
+                dt = (time.time_ns() - t0) / 1e9
                 if r.is_error:
                     if r.payload["error"]["code"] != "conversation_not_found":
                         agg["errors"] += 1
@@ -225,7 +278,7 @@ def main():
                     v = None
                 else:
                     v = int(r.payload["inputs"][0]["content"][1:])
-                records.append((k, "inputs", {i: v}, None, t0, time.monotonic(), done.value))
+                records.append((k, "inputs", {i: v}, None, t0, time.time_ns(), done.value))
             agg["max_call"] = max(agg["max_call"], dt)
             agg["slow100"] = agg.get("slow100", 0) + (dt > 0.1)
             agg["slow500"] = agg.get("slow500", 0) + (dt > 0.5)
@@ -245,7 +298,7 @@ def main():
     svc.close()
     # history per id
     hist = {i: [(0, initial.get(i))] for i in IDS}
-    for op, changes in log:
+    for op, changes, _at in log:
         for i, v in changes:
             hist[i].append((op, v))
     ops = {i: [op for op, _ in hist[i]] for i in IDS}
@@ -264,7 +317,7 @@ def main():
                         h[max(0, floor - 2) : floor + 2],
                         "sync(ok,drained)=",
                         path,
-                        f"dur={(tb - ta) * 1000:.2f}ms",
+                        f"dur={(tb - ta) / 1e6:.2f}ms",
                         "done at end",
                         kend,
                     )
@@ -277,8 +330,10 @@ def main():
         f"stale={len(stale)} errors={errors} cookies_sent={cookies} stats={stats} "
         f"max_call={max_call * 1000:.1f}ms slow>100ms={agg.get('slow100')} slow>500ms={agg.get('slow500')} same_watcher={same_watcher}"
     )
-    for s in stale[:10]:
+    for n, s in enumerate(stale[:10]):
         print("STALE", s)
+        if TRACING and n < 4:
+            print_trace(s, records, log)
 
 
 if __name__ == "__main__":

@@ -380,14 +380,14 @@ class Indexer:
             # used to replace: the row of a deleted file stayed (an independent stress test).
             files = {item.session_id: lstat_session(self.sessions_dir, item.session_id) for item in loaded}
             gone_since = [i for i, st in files.items() if st is None and i in now]
-            # With no row, nothing says whether the read came before a forget: its file may have been
-            # deleted, forgotten, and another file put at its name (a rename) before this commit,
-            # which then brought the deleted version back until the new file's event was applied
-            # (the stress test, six callers). A read of another inode than the one there now is done
-            # again; on the last look it is kept, as a file replaced at every read must still show.
+            # With no row now, a read may be of a version deleted since: the file deleted, its row
+            # forgotten by a look that saw it gone, another file put at the name, then this commit,
+            # which brought the deleted version back until the new file's event was applied (the
+            # stress test, six callers). Such a read is done again; on the last look it is kept, so
+            # that a new file replaced at every read still shows.
             replaced = {
                 item.session_id for item in loaded
-                if look_again and item.session_id not in now and _another_file(item, files[item.session_id])
+                if look_again and item.session_id not in now and _perhaps_deleted(item, files[item.session_id], stored)
             }  # fmt: skip
             loaded = [item for item in loaded if item.session_id not in replaced]
             loaded = [item for item in loaded if _newer_than_row(item, now.get(item.session_id), files[item.session_id])]
@@ -439,8 +439,13 @@ def _newer_than_row(item: Loaded, row: store.Stored | None, st: os.stat_result |
     return row.sig.ctime_ns < item.sig.ctime_ns
 
 
-def _another_file(item: Loaded, st: os.stat_result | None) -> bool:
-    return st is not None and st.st_ino != item.sig.ino
+def _perhaps_deleted(item: Loaded, st: os.stat_result | None, stored: Mapping[str, store.Stored]) -> bool:
+    """Whether `item`, with no row now, may be a version deleted since it was read, though a file is
+    at its name (`st`): that file is not the state read, and either the row went during this look
+    (a look that saw the file gone forgot it; the inode may be reused) or another inode is there."""
+    if st is None or Signature.of(st) == item.sig:
+        return False
+    return item.session_id in stored or st.st_ino != item.sig.ino
 
 
 def _is_latest(known: store.Stored | None, written: Callable[[str], int] | None, session_id: str) -> bool:

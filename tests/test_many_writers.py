@@ -5,6 +5,7 @@ docs/reliability.md tells the history (the defects, and the commits that fixed t
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -241,6 +242,30 @@ def test_a_late_commit_after_a_forget_does_not_bring_back_a_deleted_version(corp
     os.rename(corpus.path / "z.json", corpus.path / "x.json")
     s.commit()
     assert indexed(db_path, "SELECT title FROM sessions WHERE id = 'x'") == [("z",)]
+
+
+def test_a_late_commit_after_a_forget_does_not_bring_back_a_deleted_version_of_a_reused_inode(
+    corpus: Corpus, db_path: Path, tmp_path: Path
+) -> None:
+    """The same, where the file at the name has the deleted file's inode number, as a filesystem
+    that reuses a freed inode gives a file created there next. Here the inode is kept alive by a
+    link outside the directory, written again, and linked back: one inode, a later state."""
+    corpus.write("x", session("v0", title="v0"))
+    assert cli("build", "--sessions-dir", str(corpus.path), "--db", str(db_path)).returncode == 0
+    s = PausedWriter(corpus, db_path)
+    corpus.write("x", session("v1", title="v1"))
+    s.look_at("x")  # has read version 1, not committed yet
+    kept = tmp_path / "kept.json"
+    os.link(corpus.path / "x.json", kept)
+    corpus.delete("x")
+    h = Service(corpus.path, db_path, watch=False)
+    h.start()  # sees it gone, and forgets its row
+    h.close()
+    kept.write_text(json.dumps(session("v2", title="v2")))
+    os.link(kept, corpus.path / "x.json")
+    kept.unlink()
+    s.commit()
+    assert indexed(db_path, "SELECT title FROM sessions WHERE id = 'x'") == [("v2",)]
 
 
 def test_a_clock_stepped_back_does_not_freeze_a_session(corpus: Corpus, db_path: Path) -> None:
