@@ -147,13 +147,14 @@ def trace_index_writes():
     store.record_loaded, store.forget, refresh._newer_than_row = traced_record, traced_forget, traced_newer
 
 
-def print_trace(stale_answer, records, log):
-    k, kind, i = stale_answer[:3]
-    began, ended = next(r[4:6] for r in records if r[0] == k and r[1] == kind and i in r[2])
+def print_trace(stale_answer, log):
+    """The writes of the stale answer's id, and of any id that held the value answered, and what
+    the index did with that id, from 300 ms before the call to 50 ms after it."""
+    i, v, began, ended = stale_answer[2], stale_answer[3], stale_answer[-2], stale_answer[-1]
     low, high = began - 300_000_000, ended + 50_000_000
     print(f"  call {began}..{ended}")
     for op, changes, at in log:
-        if low < at < high and any(c[0] == i for c in changes):
+        if (low < at < high and any(c[0] == i for c in changes)) or any(c[1] == v for c in changes):
             print("  write", at, op, changes)
     for event in TRACE:
         if event[3] == i and low < event[0] < high:
@@ -320,6 +321,8 @@ def main():
                         f"dur={(tb - ta) / 1e6:.2f}ms",
                         "done at end",
                         kend,
+                        ta,
+                        tb,
                     )
                 )
     print(
@@ -333,7 +336,7 @@ def main():
     for n, s in enumerate(stale[:10]):
         print("STALE", s)
         if TRACING and n < 4:
-            print_trace(s, records, log)
+            print_trace(s, log)
 
 
 if __name__ == "__main__":

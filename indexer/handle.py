@@ -70,7 +70,9 @@ class IndexHandle:
         self._faults = FaultLog()
         self._retry_at = 0.0  # monotonic time before which calls do not try the index
         self._back_off = 0.0
-        self._replace: str | None = None  # why the index must be replaced before it is used again
+        # Why an index must be replaced before it is used again, and which: `failed` runs without the
+        # lock, and what it says of an index replaced meanwhile must not fall on the new one.
+        self._replace: tuple[str, Index] | None = None
         self._faulty = False
         self._needs_reconcile = False  # a replaced index is empty until brought in line
         # The index's directory as it was when the path was resolved (just before this handle was
@@ -159,9 +161,10 @@ class IndexHandle:
         Raises IndexUnavailable when there is no usable index now.
         """
         if self._index is not None:
-            problem = self._replace or self._index.problem()
+            marked = self._replace[0] if self._replace is not None and self._replace[1] is self._index else None
+            problem = marked or self._index.problem()
             if problem is not None:
-                if self._replace is None:  # else failed() has said it
+                if marked is None:  # else failed() has said it
                     self._faulty = True
                     self._faults.begin(
                         f"the index {self.path}: {problem}; replacing it and rebuilding it from the session files"
@@ -181,16 +184,17 @@ class IndexHandle:
             self._reason = "closed"
 
     def _open(self, replacing: Index | None) -> bool:
+        # None while the new one opens (it may wait for another process's open, and migrate): a
+        # failure about the one replaced, said meanwhile by another thread, is then known as such.
+        self._index = None
         try:
             index = open_handle(self.path, self.sessions_dir, replacing=replacing, settled_in=self._settled_in)
         except IndexMismatch as exc:
             if replacing is not None:  # what took the index's place is not ours: this one is done with
                 replacing.close()
-                self._index = None
                 self._reason = str(exc)
             raise  # a configuration error (docs/decisions.md): `failed` says it, once
         except (IndexFailure, OSError) as exc:
-            self._index = None
             self._reason = str(exc)
             self._start_back_off()
             if self._meanwhile is not None:
@@ -221,7 +225,9 @@ class IndexHandle:
         in the background (the watcher's applier, which retries by itself): its retries would keep
         the calls from ever trying the index again.
         """
-        if isinstance(exc, IndexFailure) and exc.about is not None and exc.about is not self._index:
+        index = self._index  # once: without the lock, another thread may be replacing it
+        about = exc.about if isinstance(exc, IndexFailure) and exc.about is not None else index
+        if about is not index:
             # About an index replaced (or closed) since it failed: what made that happen was said
             # then. Taken for the new one, it replaced a sound index and said so twice (the failed
             # write's thread came here after a call had seen the damage and replaced it).
@@ -231,9 +237,9 @@ class IndexHandle:
         if message is not None:
             self._faults.begin(message)
         if isinstance(exc, IndexBroken):
-            self._replace = "it is damaged"
+            self._replace = ("it is damaged", index) if index is not None else None
         elif isinstance(exc, IndexMoved):
-            self._replace = "it was deleted or replaced"
+            self._replace = ("it was deleted or replaced", index) if index is not None else None
         elif not background:
             self._start_back_off()
 

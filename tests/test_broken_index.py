@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from ccweb_index.indexer import db as dbmod
+from ccweb_index.indexer import handle as handle_module
 from ccweb_index.indexer import stored
 from ccweb_index.indexer.errors import IndexBroken
 from ccweb_index.indexer.handle import IndexHandle
@@ -172,13 +173,8 @@ def test_index_damaged_under_running_servers(tmp_path: Path, how: str) -> None:
     assert fresh_build_content(corpus, db) == fresh_build_content(corpus, tmp_path / "fresh.sqlite")
 
 
-def test_a_failure_about_a_replaced_index_is_not_taken_for_the_new_one(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The applier's write meets the damage ("file is not a database") and leaves the lock; before
-    it says so, a call's look sees the truncated file and replaces the index. The write's failure is
-    about the index replaced: it must neither replace the new one nor be said again (a flake of the
-    test above, [truncated-to-0], under load: two rebuild lines)."""
+def a_write_that_failed(tmp_path: Path) -> tuple[IndexHandle, Path, IndexBroken]:
+    """An open handle on a built index, and the failure a write on it met: SQLite's own NOTADB."""
     corpus = Corpus(tmp_path / "sessions")
     make_corpus(corpus)
     db = tmp_path / "index" / "index.sqlite"
@@ -190,18 +186,58 @@ def test_a_failure_about_a_replaced_index_is_not_taken_for_the_new_one(
     garbage.write_bytes(b"not a database" * 1000)
     with pytest.raises(IndexBroken) as write_failed:
         with handle.connection():
-            sqlite3.connect(garbage).execute("SELECT * FROM sqlite_master")  # SQLite's own NOTADB
+            sqlite3.connect(garbage).execute("SELECT * FROM sqlite_master")
+    return handle, db, write_failed.value
+
+
+def test_a_failure_about_a_replaced_index_is_not_taken_for_the_new_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The applier's write meets the damage ("file is not a database") and leaves the lock; before
+    it says so, a call's look sees the truncated file and replaces the index. The write's failure is
+    about the index replaced: it must neither replace the new one nor be said again (a flake of the
+    test above, [truncated-to-0], under load: two rebuild lines)."""
+    handle, db, late = a_write_that_failed(tmp_path)
     caplog.set_level(logging.INFO, logger="ccweb_index")
     damage(db, "truncated-to-0")
     with handle.lock:
         handle.ready()  # the call's look: replaced, and said
     Indexer(handle).reconcile()
-    handle.failed(write_failed.value, background=True)  # the applier, late
+    handle.failed(late, background=True)  # the applier, late
     with handle.lock:
         handle.ready()
     assert not handle.needs_reconcile, "the sound new index was replaced too"
     assert len([r for r in caplog.records if REBUILT.search(r.getMessage())]) == 1, caplog.text
     assert handle.fault is None, handle.fault
+
+
+def test_a_failure_said_while_the_index_is_being_replaced_is_not_taken_for_the_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same late failure, said while the call's look is still opening the new index (opening
+    may wait for another process's, and migrate): it was taken for the index still in place, said
+    a second time, and marked the new one for replacement once the open was done (an independent
+    review)."""
+    handle, db, late = a_write_that_failed(tmp_path)
+    real_open = handle_module.open_handle
+
+    def open_with_a_late_failure(*args: Any, **kwargs: Any) -> Any:
+        applier = threading.Thread(target=handle.failed, args=(late,), kwargs={"background": True})
+        applier.start()
+        applier.join(30)
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(handle_module, "open_handle", open_with_a_late_failure)
+    caplog.set_level(logging.INFO, logger="ccweb_index")
+    damage(db, "truncated-to-0")
+    with handle.lock:
+        handle.ready()
+    monkeypatch.setattr(handle_module, "open_handle", real_open)
+    Indexer(handle).reconcile()
+    with handle.lock:
+        handle.ready()
+    assert not handle.needs_reconcile, "the sound new index was replaced too"
+    assert len([r for r in caplog.records if REBUILT.search(r.getMessage())]) == 1, caplog.text
 
 
 def hold_lock(db: Path, *, exclusive_mode: bool = False) -> subprocess.Popen[str]:
