@@ -69,9 +69,10 @@ def _leave_before_running(signum: int, _frame: Any) -> NoReturn:
 def _leave_if_out_of_descriptors(exc: BaseException) -> None:
     """One line instead of a traceback when `exc` is, or holds, a shortage of descriptors: what
     follows from one (a failing close in the event loop's teardown) comes with it."""
-    if not any(isinstance(leaf, OSError) and leaf.errno in OUT_OF_DESCRIPTORS for leaf in leaves(exc)):
+    short = [leaf for leaf in leaves(exc) if isinstance(leaf, OSError) and leaf.errno in OUT_OF_DESCRIPTORS]
+    if not short:
         return
-    print(f"ccweb-index: {out_of_descriptors()}", file=sys.stderr)
+    print(f"ccweb-index: {out_of_descriptors(short[0].errno)}", file=sys.stderr)
     sys.stderr.flush()
     os._exit(1)
 

@@ -261,7 +261,7 @@ class IndexHandle:
         if isinstance(exc, IndexUnavailable):
             return f"the index {path} cannot be used ({exc}){self._then()}"
         if isinstance(exc, OSError) and exc.errno in OUT_OF_DESCRIPTORS:  # not the directory's fault
-            return f"the sessions directory {self.sessions_dir} cannot be read now: {out_of_descriptors()}"
+            return f"the sessions directory {self.sessions_dir} cannot be read now: {out_of_descriptors(exc.errno)}"
         if isinstance(exc, OSError):  # from the sessions directory itself (files' errors are per file)
             return f"the sessions directory {self.sessions_dir} cannot be read ({exc.strerror or exc})"
         message = f"unexpected {type(exc).__name__} while using the index ({exc}){self._then()}"

@@ -36,12 +36,15 @@ def raise_nofile() -> int:
 OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
 
 
-def out_of_descriptors() -> str:
-    """What to say when the process ran out of file descriptors: the limit, and how to raise it."""
+def out_of_descriptors(number: int | None = errno.EMFILE) -> str:
+    """What to say when the process (EMFILE) or the whole system (ENFILE) ran out of file
+    descriptors: the limit, and how to raise it."""
+    if number == errno.ENFILE:
+        return "the system is out of file descriptors (its open-files table is full: see fs.file-max)"
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     return (
         f"out of file descriptors (the open-files limit is {soft}): raise it, "
-        "e.g. `ulimit -n 1024` in the shell or LimitNOFILE= in systemd"
+        f"e.g. `ulimit -n {max(1024, 2 * soft)}` in the shell or LimitNOFILE= in systemd"
     )
 
 

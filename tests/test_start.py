@@ -88,5 +88,5 @@ def test_a_directory_unreadable_for_want_of_descriptors_says_so(
     said = [r.getMessage() for r in caplog.records if str(corpus.path) in r.getMessage()]
     assert said == [
         f"the sessions directory {corpus.path} cannot be read now: out of file descriptors (the open-files limit "
-        f"is {limit}): raise it, e.g. `ulimit -n 1024` in the shell or LimitNOFILE= in systemd"
+        f"is {limit}): raise it, e.g. `ulimit -n {max(1024, 2 * limit)}` in the shell or LimitNOFILE= in systemd"
     ], caplog.text
