@@ -380,14 +380,14 @@ class Indexer:
             # used to replace: the row of a deleted file stayed (an independent stress test).
             files = {item.session_id: lstat_session(self.sessions_dir, item.session_id) for item in loaded}
             gone_since = [i for i, st in files.items() if st is None and i in now]
-            # With no row now, a read may be of a version deleted since: the file deleted, its row
-            # forgotten by a look that saw it gone, another file put at the name, then this commit,
-            # which brought the deleted version back until the new file's event was applied (the
+            # A read may be of a file deleted or renamed away since, another file now at the name.
+            # Recorded, it brought that version back until the new file's event was applied, and a
+            # look that had seen the name empty then left it, its row no longer the one it saw (the
             # stress test, six callers). Such a read is done again; on the last look it is kept, so
             # that a new file replaced at every read still shows.
             replaced = {
                 item.session_id for item in loaded
-                if look_again and item.session_id not in now and _perhaps_deleted(item, files[item.session_id], stored)
+                if look_again and _perhaps_deleted(item, files[item.session_id], stored, item.session_id in now)
             }  # fmt: skip
             loaded = [item for item in loaded if item.session_id not in replaced]
             loaded = [item for item in loaded if _newer_than_row(item, now.get(item.session_id), files[item.session_id])]
@@ -439,13 +439,14 @@ def _newer_than_row(item: Loaded, row: store.Stored | None, st: os.stat_result |
     return row.sig.ctime_ns < item.sig.ctime_ns
 
 
-def _perhaps_deleted(item: Loaded, st: os.stat_result | None, stored: Mapping[str, store.Stored]) -> bool:
-    """Whether `item`, with no row now, may be a version deleted since it was read, though a file is
-    at its name (`st`): that file is not the state read, and either the row went during this look
-    (a look that saw the file gone forgot it; the inode may be reused) or another inode is there."""
+def _perhaps_deleted(item: Loaded, st: os.stat_result | None, stored: Mapping[str, store.Stored], row: bool) -> bool:
+    """Whether `item` may be a version of a file deleted or renamed away since it was read, though a
+    file is at its name (`st`) that is not the state read: another inode is there, or, with no `row`
+    now, the row went during this look (a look that saw the file gone forgot it, and the freed
+    inode may have been given to the file now there)."""
     if st is None or Signature.of(st) == item.sig:
         return False
-    return item.session_id in stored or st.st_ino != item.sig.ino
+    return st.st_ino != item.sig.ino or (not row and item.session_id in stored)
 
 
 def _is_latest(known: store.Stored | None, written: Callable[[str], int] | None, session_id: str) -> bool:
