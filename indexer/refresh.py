@@ -380,17 +380,11 @@ class Indexer:
             # used to replace: the row of a deleted file stayed (an independent stress test).
             files = {item.session_id: lstat_session(self.sessions_dir, item.session_id) for item in loaded}
             gone_since = [i for i, st in files.items() if st is None and i in now]
-            # A read may be of a file deleted or renamed away since, another file now at the name.
-            # Recorded, it brought that version back until the new file's event was applied, and a
-            # look that had seen the name empty then left it, its row no longer the one it saw (the
-            # stress test, six callers). Such a read is done again; on the last look it is kept, so
-            # that a new file replaced at every read still shows.
-            replaced = {
-                item.session_id for item in loaded
-                if look_again and _perhaps_deleted(item, files[item.session_id], stored, item.session_id in now)
-            }  # fmt: skip
-            loaded = [item for item in loaded if item.session_id not in replaced]
-            loaded = [item for item in loaded if _newer_than_row(item, now.get(item.session_id), files[item.session_id])]
+            again = _too_early(loaded, gone, stored, now, files) if look_again else set()
+            loaded = [
+                item for item in loaded
+                if item.session_id not in again and _newer_than_row(item, now.get(item.session_id), files[item.session_id])
+            ]  # fmt: skip
             # A resumed read adds to the version its checkpoint describes: it must still be the one here.
             resumed = [item.session_id for item in loaded if item.base is not None]
             held = store.stored_checkpoints(conn, resumed) if resumed else {}
@@ -403,7 +397,7 @@ class Indexer:
             store.record_loaded(conn, loaded)
             store.forget(conn, gone)
         self._count(loaded, gone, stored, stats)
-        return sorted(stale | replaced)
+        return sorted(stale | again)
 
     def _count(
         self, loaded: list[Loaded], gone: list[str], stored: dict[str, store.Stored], stats: RefreshStats
@@ -437,6 +431,28 @@ def _newer_than_row(item: Loaded, row: store.Stored | None, st: os.stat_result |
     # Neither is the file now. Only a strictly later ctime says the item is the later state: with
     # coarse timestamps, equal ctimes may be two states in either order.
     return row.sig.ctime_ns < item.sig.ctime_ns
+
+
+def _too_early(
+    loaded: list[Loaded],
+    gone: list[str],
+    stored: Mapping[str, store.Stored],
+    now: Mapping[str, store.Stored],
+    files: Mapping[str, os.stat_result | None],
+) -> set[str]:
+    """The ids this commit must not settle, to be looked at again (docs/design.md, "Equal ctimes",
+    rule 0; each found by the stress test, six callers):
+
+    - a read that may be of a file deleted or renamed away since (`_perhaps_deleted`): recorded, it
+      brought that version back until the new file's event was applied;
+    - a file seen gone whose row another writer replaced since: the new row may be of a file made
+      again at the name, which must not be forgotten, or a late commit of a read from before the
+      delete, which the caller would then answer."""
+    replaced = {
+        item.session_id for item in loaded if _perhaps_deleted(item, files[item.session_id], stored, item.session_id in now)
+    }
+    moved = {i for i in gone if i in now and i in stored and now[i].sig != stored[i].sig}
+    return replaced | moved
 
 
 def _perhaps_deleted(item: Loaded, st: os.stat_result | None, stored: Mapping[str, store.Stored], row: bool) -> bool:

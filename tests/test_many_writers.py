@@ -47,25 +47,30 @@ def look_once(corpus: Corpus, db: Path) -> None:
 
 class PausedWriter:
     """A second process's indexer (a Service of its own on the same index), paused between reading
-    files and committing what it read: what a slow or descheduled process does."""
+    files and committing what it read (`at` "_write"), or between reading its rows and looking at
+    the files (`at` "_examine"): what a slow or descheduled process does."""
 
-    def __init__(self, corpus: Corpus, db: Path) -> None:
+    def __init__(self, corpus: Corpus, db: Path, at: str = "_write") -> None:
         self.svc = Service(corpus.path, db)
         self.svc.start()
         self.entered = threading.Event()
         self.gate = threading.Event()
-        real = self.svc.indexer._write
+        real = getattr(self.svc.indexer, at)
 
         def paused(*args: Any, **kwargs: Any) -> Any:
             self.entered.set()
             assert self.gate.wait(30)
             return real(*args, **kwargs)
 
-        self.svc.indexer._write = paused  # type: ignore[method-assign]
+        setattr(self.svc.indexer, at, paused)
         self.thread: threading.Thread | None = None
+        self.answer: Any = None
 
     def look_at(self, session_id: str) -> None:
-        self.thread = threading.Thread(target=self.svc.call, args=("ccweb_list_user_inputs", {"conversationId": session_id}, None))
+        def call() -> None:
+            self.answer = self.svc.call("ccweb_list_user_inputs", {"conversationId": session_id}, None)
+
+        self.thread = threading.Thread(target=call)
         self.thread.start()
         assert self.entered.wait(30)
 
@@ -291,6 +296,26 @@ def test_a_late_read_of_a_file_renamed_away_does_not_outlive_a_look_that_saw_it_
     s.commit()
     h.commit()
     assert indexed(db_path, "SELECT title FROM sessions WHERE id = 'x'") == [("v2",)]
+
+
+def test_a_look_that_saw_a_file_gone_does_not_answer_a_row_committed_meanwhile(corpus: Corpus, db_path: Path) -> None:
+    """S reads version 1; version 2 is written; H's inputs call begins, reads the row (version 0);
+    S commits (its read is later than the row); the file is deleted; H finds it gone, and forgets
+    only "if its row is still the one it saw", which it no longer is: H answered version 1, never
+    the file's since H began (the stress test, six callers). A look whose forget the row moved under
+    is done again: H answers that the conversation is gone, and the row goes."""
+    corpus.write("x", session("v0", title="v0"))
+    assert cli("build", "--sessions-dir", str(corpus.path), "--db", str(db_path)).returncode == 0
+    s, h = PausedWriter(corpus, db_path), PausedWriter(corpus, db_path, at="_examine")
+    corpus.write("x", session("v1", title="v1"))
+    s.look_at("x")  # has read version 1, not committed yet
+    corpus.write("x", session("v2, longer", title="v2"))
+    h.look_at("x")  # has read version 0's row, not looked at the file yet
+    s.commit()
+    corpus.delete("x")
+    h.commit()
+    assert h.answer.is_error and h.answer.payload["error"]["code"] == "conversation_not_found", h.answer.payload
+    assert indexed(db_path, "SELECT title FROM sessions WHERE id = 'x'") == []
 
 
 @pytest.mark.xfail(strict=True, reason="left open: no row as the look began, the freed inode reused (docs/design.md, rule 0)")
