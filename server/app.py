@@ -32,6 +32,12 @@ log = logging.getLogger("ccweb_index")
 SourceOf = Callable[[ServerRequestContext[Any]], str | None]
 
 _TOOL_LIST = [types.Tool.model_validate(spec) for spec in TOOLS]
+# What a client may show its model about the server before its tools (initialize's `instructions`).
+INSTRUCTIONS = (
+    "Read-only cc-web conversations. ccweb_list_user_inputs: what the user asked for. ccweb_list_conversations: "
+    "lists them; scope \"children\": those this one made. ccweb_wait_for_conversations: after a list, wait with "
+    "since = its changeToken."
+)
 
 
 def _version() -> str:
@@ -209,12 +215,7 @@ def build_server(
     server: Server[Any] = Server(
         "ccweb-index",
         version=_version(),
-        instructions=(
-            "Read-only access to cc-web conversations: ccweb_list_user_inputs re-reads what the user "
-            "asked for; ccweb_list_conversations lists conversations, or with scope \"children\" the ones "
-            "this conversation created through MCP; ccweb_wait_for_conversations waits until they change "
-            "(list once, then wait with since set to the last changeToken)."
-        ),
+        instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
     )
     # Registered as a request handler, whose type admits the wire-form dict (to_call_result);

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import reference
-from conftest import Corpus, StdioClient, session, snapshot, stdio_client_for
+from conftest import Corpus, StdioClient, memory_client_for, session, snapshot, stdio_client_for
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "sessions"
 SOURCE = "orchestrator"
@@ -314,3 +314,16 @@ def test_the_rows_come_last_in_every_answer(client: StdioClient) -> None:
     ):
         payload, is_error = client.call(tool, arguments)
         assert not is_error and list(payload)[-1] == rows, (tool, list(payload))
+
+
+def test_the_instructions_say_how_to_wait_in_what_codex_shows_first(corpus: Corpus, db_path: Path) -> None:
+    """Codex 0.171 shows its model the server's instructions cut to about 245 characters until its
+    tools are searched for (a stand-in model saw them end "ccweb_wait_for_conversations ..."), and
+    lost the wait's hint: list once, then wait with `since` set to the last changeToken."""
+    with memory_client_for(corpus.path, db_path) as client:
+        result = client.session.initialize_result
+    assert result is not None and result.instructions is not None
+    shown = result.instructions[:240]
+    for words in ("ccweb_list_user_inputs", "ccweb_list_conversations", '"children"', "ccweb_wait_for_conversations",
+                  "since", "changeToken"):  # fmt: skip
+        assert words in shown, (words, shown)
