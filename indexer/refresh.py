@@ -280,8 +280,8 @@ class Indexer:
         resume: bool,
         current: set[str],
     ) -> list[str]:
-        """Load `wanted` and commit batches of it; the ids to look at again (their base moved, or
-        another file took their name: `_write`). `resume`: another look will follow this one.
+        """Load `wanted` and commit batches of it; the ids to look at again (`_write`). `resume`:
+        another look will follow this one.
         `current`: files whose indexed version is their latest complete one (`refresh`'s `written`)."""
         checkpoints: dict[str, Checkpoint] = {}
         if resume and wanted:
@@ -363,8 +363,8 @@ class Indexer:
         look_again: bool,
     ) -> list[str]:
         """Commit a batch (one short write transaction); the ids to look at again: those whose
-        resumed read no longer applies, and, if `look_again`, those whose name another file took
-        since they were read, with no row now."""
+        resumed read no longer applies, and, if `look_again`, those this commit must not settle
+        (`_too_early`)."""
         if not loaded and not gone:
             return []
         with self.handle.connection() as conn, write_transaction(conn):
