@@ -194,6 +194,15 @@ _SESSION_COLUMNS = (
 )
 
 
+def indexed(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    """What the index file answers to `sql`, read past every process's cache."""
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
 def index_content(db: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """What an index says about the sessions (not when it looked): sessions rows and user inputs."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)

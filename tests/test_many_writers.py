@@ -19,6 +19,7 @@ import pytest
 from ccweb_index.server.service import Service
 
 from conftest import Corpus, cli, hold_the_reader, session
+from faults import indexed
 
 CONVERSATIONS = "ccweb_list_conversations"
 
@@ -27,15 +28,6 @@ def rows(svc: Service) -> list[tuple[str, str]]:
     result = svc.call(CONVERSATIONS, {}, None)
     assert not result.is_error
     return [(row["conversationId"], row["updatedAt"]) for row in result.payload["conversations"]]
-
-
-def indexed(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    """What the index file holds, read past every process's cache."""
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 def look_once(corpus: Corpus, db: Path) -> None:
@@ -350,7 +342,6 @@ def test_a_clock_stepped_back_does_not_freeze_a_session(corpus: Corpus, db_path:
     an hour "in the future"), as a test cannot step the machine's clock. Both tools answer with the
     file's new version all the same: a read of the file's current state is kept whatever the clock
     did."""
-    import sqlite3
 
     corpus.write("x", session("v0", updated="2026-11-01T00:00:00Z"))
     svc = Service(corpus.path, db_path)

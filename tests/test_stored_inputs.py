@@ -25,6 +25,7 @@ from ccweb_index.server.tools import USER_INPUTS_TOOL
 
 import reference
 from conftest import Corpus, session
+from faults import indexed
 from test_contract import without_cursor
 
 N = STORED_INPUT_CHARS
@@ -122,11 +123,7 @@ def opaque(payloads: list[dict]) -> list[dict]:
 
 
 def rows(db_path: Path) -> list[tuple]:
-    conn = sqlite3.connect(db_path)
-    try:
-        return conn.execute(ROWS).fetchall()
-    finally:
-        conn.close()
+    return indexed(db_path, ROWS)
 
 
 def test_the_index_keeps_the_head_and_the_length_in_code_points(edge_corpus: Corpus, db_path: Path) -> None:
