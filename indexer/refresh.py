@@ -371,8 +371,8 @@ class Indexer:
             # Other processes write this index too, and one may have committed since `stored` was
             # read. Under the write lock: a read replaces a row only if it saw the file in the same
             # or a later state (ctime orders a file's states; userspace cannot set it back), so a
-            # late commit of an older read never undoes a newer one; and a file seen gone is
-            # forgotten only if its row is still the one that was seen.
+            # late commit of an older read never undoes a newer one; and a file seen gone goes if it
+            # is gone still, or if its row is still the one that was seen.
             now = store.stored_signatures(conn, [item.session_id for item in loaded] + gone)
             # A file read and then deleted before this commit: its read is not recorded
             # (`_newer_than_row`), and its row goes, as the delete's own look would have done. That
@@ -380,7 +380,13 @@ class Indexer:
             # used to replace: the row of a deleted file stayed (an independent stress test).
             files = {item.session_id: lstat_session(self.sessions_dir, item.session_id) for item in loaded}
             gone_since = [i for i, st in files.items() if st is None and i in now]
-            again = _too_early(loaded, gone, stored, now, files) if look_again else set()
+            # A file still gone under the write lock has no row, whoever committed the one there (a
+            # look that forgot only the row it saw kept another writer's late commit of a read from
+            # before the delete, and its inputs call answered it: the stress test, six callers). Only
+            # a file back at its name since keeps the rule "only the row that was seen".
+            still_gone = {i for i in gone if lstat_session(self.sessions_dir, i) is None}
+            back = [i for i in gone if i not in still_gone]
+            again = _too_early(loaded, back, stored, now, files) if look_again else set()
             loaded = [
                 item for item in loaded
                 if item.session_id not in again and _newer_than_row(item, now.get(item.session_id), files[item.session_id])
@@ -392,7 +398,7 @@ class Indexer:
                 item.session_id for item in loaded if item.base is not None and held.get(item.session_id) != item.base
             }
             loaded = [item for item in loaded if item.session_id not in stale]
-            gone = [i for i in gone if i in now and i in stored and now[i].sig == stored[i].sig]
+            gone = [i for i in gone if i in now and (i in still_gone or (i in stored and now[i].sig == stored[i].sig))]
             gone = sorted(set(gone) | set(gone_since))
             store.record_loaded(conn, loaded)
             store.forget(conn, gone)
@@ -435,7 +441,7 @@ def _newer_than_row(item: Loaded, row: store.Stored | None, st: os.stat_result |
 
 def _too_early(
     loaded: list[Loaded],
-    gone: list[str],
+    back: list[str],
     stored: Mapping[str, store.Stored],
     now: Mapping[str, store.Stored],
     files: Mapping[str, os.stat_result | None],
@@ -445,13 +451,13 @@ def _too_early(
 
     - a read that may be of a file deleted or renamed away since (`_perhaps_deleted`): recorded, it
       brought that version back until the new file's event was applied;
-    - a file seen gone whose row another writer replaced since: the new row may be of a file made
-      again at the name, which must not be forgotten, or a late commit of a read from before the
-      delete, which the caller would then answer."""
+    - a file seen gone and `back` at its name since, whose row another writer replaced: the new
+      row may be of the file made again, which must not be forgotten, or a late commit of a read
+      from before the delete, which the caller would then answer."""
     replaced = {
         item.session_id for item in loaded if _perhaps_deleted(item, files[item.session_id], stored, item.session_id in now)
     }
-    moved = {i for i in gone if i in now and i in stored and now[i].sig != stored[i].sig}
+    moved = {i for i in back if i in now and i in stored and now[i].sig != stored[i].sig}
     return replaced | moved
 
 
