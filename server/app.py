@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
-from mcp.server.stdio import stdio_server
 
+from ccweb_index.server.stdio_lines import stdio_transport
 from ccweb_index.server.stop import SilentAfterHangUp, calls_in_flight, exit_on_sigterm, exit_when_stdout_is_gone
 from ccweb_index.server.tools import TOOLS, WAIT_FOR_CONVERSATIONS, answer_too_large
 from ccweb_index.server.unparsed import AnsweringUnparsed
@@ -238,7 +238,7 @@ async def serve_stdio(service: Service | LazyService, source: str | None, max_wa
 
 
 async def _serve_stdio(server: Server, service: Service | LazyService, waits: WaitRoom, close: Callable[[], None]) -> None:
-    async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as tasks:
+    async with stdio_transport() as (read_stream, write_stream), anyio.create_task_group() as tasks:
 
         async def end_waits() -> None:
             waits.stop()  # each open wait answers `timedOut`

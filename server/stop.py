@@ -2,8 +2,9 @@
 its client keeps stdin open (issue 10, item 6). SIGINT does the same: Claude Code sends it first
 when it exits, then SIGTERM a tenth of a second later.
 
-The SDK's stdio transport reads stdin in a worker thread that cannot be cancelled, so a server
-whose stdin stays open can never return from `anyio.run`: it used to close the index on SIGTERM
+The SDK's stdio transport (which still serves a stdin that is neither a pipe nor a socket:
+server.stdio_lines) reads stdin in a worker thread that cannot be cancelled, so a server whose stdin
+stays open could never return from `anyio.run`: it used to close the index on SIGTERM
 (a `sys.exit` raised wherever the main thread was, possibly inside a call, with a traceback) and
 then stay alive, blocked on stdin, answering nothing. Instead, SIGTERM is received by the event
 loop (so it never interrupts a call: calls run between the loop's steps), the server waits until
@@ -62,9 +63,13 @@ calls_in_flight = CallsInFlight()
 
 
 def _written(write_stream: Any) -> bool:
-    """Whether the transport's writer has taken and written every message sent to it: it waits for
-    the next one, and nobody is sending. (The SDK wraps an anyio memory stream, whose statistics
-    say so; without them, a quiet moment is all there is to go by.)"""
+    """Whether the transport's writer has taken and written every message sent to it. Ours
+    (server.stdio_lines) says so; the SDK's wraps an anyio memory stream, whose statistics say its
+    writer waits for the next one and nobody is sending; without either, a quiet moment is all there
+    is to go by."""
+    written = getattr(write_stream, "written", None)
+    if written is not None:
+        return bool(written())
     inner = getattr(write_stream, "_inner", write_stream)
     statistics = getattr(inner, "statistics", None)
     if statistics is None:
