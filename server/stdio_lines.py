@@ -155,7 +155,7 @@ class LineReader:
         self._end = end
         # What `io.TextIOWrapper(stdin, encoding="utf-8", errors="replace")` does to what it reads.
         self._decoder = io.IncrementalNewlineDecoder(codecs.getincrementaldecoder("utf-8")("replace"), translate=True)
-        self._partial = ""
+        self._partial: list[str] = []
         self._lines: deque[str] = deque()
         self._ended = False
 
@@ -183,14 +183,17 @@ class LineReader:
             return
         except (ConnectionResetError, BrokenPipeError):
             data = b""  # the client is gone: as at the end of its input
-        text = self._partial + self._decoder.decode(data, final=not data)
-        lines = text.split("\n")
-        self._partial = lines.pop()
-        self._lines.extend(line + "\n" for line in lines)
+        *whole, rest = self._decoder.decode(data, final=not data).split("\n")
+        if whole:
+            whole[0] = "".join(self._partial) + whole[0]
+            self._partial.clear()
+            self._lines.extend(line + "\n" for line in whole)
+        if rest:
+            self._partial.append(rest)  # a long line's pieces are joined once, when it ends
         if not data:
             self._ended = True
             if self._partial:
-                self._lines.append(self._partial)
+                self._lines.append("".join(self._partial))
 
     async def aclose(self) -> None:
         self._ended = True
