@@ -33,7 +33,7 @@ import os
 import socket
 import stat
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -117,20 +117,36 @@ def _ends() -> tuple[_End, _End] | None:
     return reader, writer
 
 
-@contextlib.contextmanager
-def _diverted(fd: int, target: Callable[[], int]) -> Iterator[None]:
-    """fd points at `target` (a descriptor it opens) until the block ends, then at what it was."""
-    saved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+def _divert(fd: int, target: Callable[[], int]) -> Callable[[], None]:
+    """Point fd at `target` (a descriptor it opens); returns what points it back. At best, as the
+    SDK does it: a descriptor that cannot be diverted stays where it is, and the server still serves."""
+    try:
+        saved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    except OSError:
+        return lambda: None
     try:
         opened = target()
         try:
             os.dup2(opened, fd)
         finally:
             os.close(opened)
-        yield
-    finally:
-        os.dup2(saved, fd)
+    except OSError:
         os.close(saved)
+        return lambda: None
+
+    def restore() -> None:
+        with contextlib.suppress(OSError):
+            os.dup2(saved, fd)
+        os.close(saved)
+
+    return restore
+
+
+def _stderr_or_null() -> int:
+    try:
+        return os.dup(2)
+    except OSError:
+        return os.open(os.devnull, os.O_WRONLY)
 
 
 async def _ready(fd: int, writing: bool) -> None:
@@ -274,9 +290,12 @@ async def stdio_transport() -> AsyncIterator[tuple[ReadStream[Incoming], WriteSt
         return
     reader, writer = ends
     log.debug("stdio served by the event loop (stdin: %s, stdout: %s)", type(reader).__name__, type(writer).__name__)
+    restore_stdin = _divert(0, lambda: os.open(os.devnull, os.O_RDONLY))
+    restore_stdout = _divert(1, _stderr_or_null)
     try:
-        with _diverted(0, lambda: os.open(os.devnull, os.O_RDONLY)), _diverted(1, lambda: os.dup(2)):
-            yield LineReader(reader), LineWriter(writer)
+        yield LineReader(reader), LineWriter(writer)
     finally:
+        restore_stdout()
+        restore_stdin()
         reader.close()
         writer.close()
