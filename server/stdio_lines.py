@@ -243,6 +243,7 @@ class LineWriter:
         self._lock = anyio.Lock(fast_acquire=True)
         self._sending = 0
         self._closed = False
+        self._gone = False  # the client can no longer read: every later message is dropped
 
     def written(self) -> bool:
         """Whether every message sent has been written (server.stop waits for it)."""
@@ -260,11 +261,23 @@ class LineWriter:
             self._sending -= 1
 
     async def _write(self, data: memoryview) -> None:
+        # The SDK's dispatcher takes BrokenResourceError as "the client is gone" and drops the
+        # message quietly; a BrokenPipeError would be logged as the handler's failure, with its
+        # traceback, once per answer still to send. The process then ends as it would anyway: at the
+        # end of stdin, or by server.stop's watch on stdout.
+        if self._gone:
+            raise anyio.BrokenResourceError
         while data:
             try:
                 data = data[self._end.write(data) :]
             except BlockingIOError:
-                await _ready(self._end.fd, writing=True)
+                # Shielded: the dispatcher cancels its handlers when stdin ends, and a line cut there
+                # is one no client can parse. The SDK's writer task finishes its line the same way.
+                with anyio.CancelScope(shield=True):
+                    await _ready(self._end.fd, writing=True)
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                self._gone = True
+                raise anyio.BrokenResourceError from exc
 
     async def aclose(self) -> None:
         self._closed = True

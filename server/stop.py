@@ -214,7 +214,10 @@ async def _drain(write_stream: Any, end_waits: Callable[[], Awaitable[None]] | N
     import anyio
 
     if end_waits is not None:
-        await end_waits()
+        # Bounded: a wait whose progress note is stuck behind a client that stopped reading would
+        # never end, and the signal would never be obeyed.
+        with anyio.move_on_after(STOP_GRACE_SECONDS):
+            await end_waits()
     while not calls_in_flight.idle():  # a call in a worker thread answers first, however long it takes
         await anyio.sleep(_POLL_SECONDS)
     with anyio.move_on_after(STOP_GRACE_SECONDS):

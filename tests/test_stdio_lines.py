@@ -10,8 +10,10 @@ import io
 import json
 import os
 import pty
+import signal
 import socket
 import subprocess
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,8 +27,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mcp.shared.message import SessionMessage
 
+from ccweb_index.indexer.tuning import WAIT_PROGRESS_ENV
 from ccweb_index.server.stdio_lines import LineReader, LineWriter, _end
-from tests.conftest import Corpus, client_launch, server_pid, session, wait_until
+from ccweb_index.server.stop import STOP_GRACE_SECONDS
+from tests.conftest import CCWEB_INDEX, Corpus, client_launch, server_pid, session, wait_until
 
 # --- lines, as the SDK's text wrapper reads them ------------------------------------------------
 
@@ -279,3 +283,130 @@ def test_a_server_on_a_terminal_is_served_by_the_sdks_transport(corpus: Corpus, 
         if not wait_until(lambda: proc.poll() is not None, 15):
             proc.kill()
         proc.wait()
+
+
+# --- a client that stops reading, hangs up, or leaves ---------------------------------------------
+
+_INITIALIZE = json.dumps(_REQUESTS[0]) + "\n" + json.dumps(_REQUESTS[1]) + "\n"
+
+
+def _pipelined(count: int, method: str = "tools/list", first_id: int = 10) -> bytes:
+    lines = [json.dumps({"jsonrpc": "2.0", "id": first_id + i, "method": method}) for i in range(count)]
+    return (_INITIALIZE + "".join(line + "\n" for line in lines)).encode()
+
+
+def _unread(fd: int) -> int:
+    return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), "little")
+
+
+def _quiet(db: Path) -> str:
+    log = db.with_suffix(".log").read_text()
+    assert "Traceback" not in log and "ERROR" not in log, log[-2000:]
+    return log
+
+
+def test_a_hang_up_while_an_answer_is_written_leaves_no_line_cut(corpus: Corpus, tmp_path: Path) -> None:
+    """The client pipelines many requests, stops reading, and closes stdin (the end of a session)
+    while the server is blocked in the middle of an answer. The SDK cancels the requests still open; the line already begun is
+    finished, so every line the client then reads parses."""
+    db = tmp_path / "index.sqlite"
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    proc = _serve(corpus, db, in_read, out_write)
+    os.close(in_read)
+    os.close(out_write)
+    try:
+        os.write(in_write, _pipelined(40))  # tools/list answers of about 12 KB each
+        assert wait_until(lambda: _unread(out_read) >= 60_000, 15)
+        # Full, it may have stopped between two lines: a page taken lets a page of the next one in.
+        full = _unread(out_read)
+        received = os.read(out_read, 4096)
+        assert wait_until(lambda: _unread(out_read) > full - len(received), 15)
+        os.close(in_write)
+        time.sleep(0.3)  # the server takes the end of its input, and cancels what is open
+        with os.fdopen(out_read, "rb") as answers:
+            received += answers.read()
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = received.split(b"\n")
+    assert lines[-1] == b"", f"the last line was cut after {len(lines[-1])} bytes"
+    assert all(json.loads(line) for line in lines[:-1])
+
+
+def test_a_client_that_closes_stdout_with_answers_pending_is_left_quietly(corpus: Corpus, tmp_path: Path) -> None:
+    """It stopped reading (stdout full), then closed its end and kept stdin open: the server exits
+    0 with nothing in the agent's log, as `server.stop` promises."""
+    db = tmp_path / "index.sqlite"
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    proc = _serve(corpus, db, in_read, out_write)
+    os.close(in_read)
+    os.close(out_write)
+    try:
+        os.write(in_write, _pipelined(40))
+        assert wait_until(lambda: _unread(out_read) >= 60_000, 15)  # the answers have filled the pipe
+        os.close(out_read)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(in_write)
+    _quiet(db)
+
+
+def test_a_socket_whose_peer_stopped_reading_drops_the_answers_quietly(corpus: Corpus, tmp_path: Path) -> None:
+    """A peer's shutdown(SHUT_RD) wakes no watch on stdout; the next answers meet EPIPE and are
+    dropped as the SDK drops them, until the client ends stdin."""
+    db = tmp_path / "index.sqlite"
+    ours_in, theirs_in = socket.socketpair()
+    ours_out, theirs_out = socket.socketpair()
+    proc = _serve(corpus, db, theirs_in.fileno(), theirs_out.fileno())
+    theirs_in.close()
+    theirs_out.close()
+    try:
+        ours_in.sendall(_INITIALIZE.encode())
+        assert ours_out.makefile("rb").readline()
+        ours_out.shutdown(socket.SHUT_RD)
+        ours_in.sendall(b'{"jsonrpc":"2.0","id":2,"method":"tools/list"}\n{"jsonrpc":"2.0","id":3,"method":"ping"}\n')
+        assert wait_until(lambda: "dropped" in db.with_suffix(".log").read_text(), 15)
+        ours_in.close()
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        ours_out.close()
+    _quiet(db)
+
+
+def test_a_stop_with_a_waits_progress_stuck_behind_a_full_stdout_still_exits(corpus: Corpus, tmp_path: Path) -> None:
+    """A wait sends progress to a client that stopped reading: its notes cannot go out, so the wait
+    can never end. SIGTERM still ends the server, within the drain's bounds."""
+    db = tmp_path / "index.sqlite"
+    corpus.write("a", session("hello"))
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    env = {**os.environ, WAIT_PROGRESS_ENV: "20"}
+    command = [CCWEB_INDEX, "serve", "--sessions-dir", str(corpus.path), "--db", str(db)]
+    assert command[0] is not None
+    proc = subprocess.Popen(command, stdin=in_read, stdout=out_write, stderr=subprocess.DEVNULL, env=env)
+    os.close(in_read)
+    os.close(out_write)
+    wait = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
+        "name": "ccweb_wait_for_conversations", "arguments": {"timeoutSeconds": 600}, "_meta": {"progressToken": "p"}}}  # fmt: skip
+    try:
+        os.write(in_write, _INITIALIZE.encode() + json.dumps(wait).encode() + b"\n" + _pipelined(40)[len(_INITIALIZE) :])
+        assert wait_until(lambda: _unread(out_read) >= 60_000, 15)
+        time.sleep(0.2)  # progress notes pile up behind the answers
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(3 * STOP_GRACE_SECONDS + 5) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(in_write)
+        os.close(out_read)
