@@ -35,7 +35,7 @@ import stat
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 import anyio
 import mcp_types as types
@@ -164,7 +164,34 @@ async def _ready(fd: int, writing: bool) -> None:
         (loop.remove_writer if writing else loop.remove_reader)(fd)
 
 
-class LineReader:
+class Receiving:
+    """What the SDK asks of a read stream, made of a subclass's `receive` and `aclose`."""
+
+    async def receive(self) -> Incoming:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Incoming:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class LineReader(Receiving):
     """The read stream: one message per line of stdin, parsed when the server asks for it."""
 
     def __init__(self, end: _End) -> None:
@@ -214,23 +241,6 @@ class LineReader:
     async def aclose(self) -> None:
         self._ended = True
         self._lines.clear()
-
-    def __aiter__(self) -> LineReader:
-        return self
-
-    async def __anext__(self) -> Incoming:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> LineReader:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
 
 class LineWriter:

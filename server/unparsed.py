@@ -14,7 +14,6 @@ from which no request id can be read is still dropped: no client waits on an id 
 from __future__ import annotations
 
 import json
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -22,13 +21,13 @@ import mcp_types as types
 import pydantic
 from mcp.shared.message import SessionMessage
 
+from ccweb_index.server.stdio_lines import Incoming, Receiving
+
 if TYPE_CHECKING:  # the SDK's protocols for its streams, from a module it keeps private
     from mcp.shared._stream_protocols import ReadStream, WriteStream
 
-Incoming = SessionMessage | Exception
 
-
-class AnsweringUnparsed:
+class AnsweringUnparsed(Receiving):
     """The SDK's stdio read stream, with the requests it could not parse answered and left out."""
 
     def __init__(self, stream: ReadStream[Incoming], write: WriteStream[SessionMessage]) -> None:
@@ -53,23 +52,6 @@ class AnsweringUnparsed:
 
     async def aclose(self) -> None:
         await self._stream.aclose()
-
-    def __aiter__(self) -> AnsweringUnparsed:
-        return self
-
-    async def __anext__(self) -> Incoming:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> AnsweringUnparsed:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
 
 def refusal(failure: pydantic.ValidationError) -> types.JSONRPCError | None:

@@ -212,6 +212,13 @@ def _serve(corpus: Corpus, db: Path, stdin: int, stdout: int) -> subprocess.Pope
     return subprocess.Popen(command, stdin=stdin, stdout=stdout, stderr=err)
 
 
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """A server a failed test left running is killed, not left behind."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 def _answers(read_line: Callable[[], bytes]) -> dict[int, dict]:
     answers = {}
     while len(answers) < 2:
@@ -260,9 +267,7 @@ def test_a_server_answers_over_it_and_leaves_the_clients_open_files_blocking(
         close_input()
         assert proc.wait(15) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _reap(proc)
 
 
 def test_a_server_on_a_terminal_is_served_by_the_sdks_transport(corpus: Corpus, tmp_path: Path) -> None:
@@ -295,6 +300,16 @@ def _pipelined(count: int, method: str = "tools/list", first_id: int = 10) -> by
     return (_INITIALIZE + "".join(line + "\n" for line in lines)).encode()
 
 
+def _serve_over_pipes(corpus: Corpus, db: Path) -> tuple[subprocess.Popen[bytes], int, int]:
+    """A server, and the ends of its stdin and stdout the client keeps."""
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    proc = _serve(corpus, db, in_read, out_write)
+    os.close(in_read)
+    os.close(out_write)
+    return proc, in_write, out_read
+
+
 def _unread(fd: int) -> int:
     return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), "little")
 
@@ -307,14 +322,10 @@ def _quiet(db: Path) -> str:
 
 def test_a_hang_up_while_an_answer_is_written_leaves_no_line_cut(corpus: Corpus, tmp_path: Path) -> None:
     """The client pipelines many requests, stops reading, and closes stdin (the end of a session)
-    while the server is blocked in the middle of an answer. The SDK cancels the requests still open; the line already begun is
-    finished, so every line the client then reads parses."""
+    while the server is blocked in the middle of an answer. The SDK cancels the requests still
+    open; the line already begun is finished, so every line the client then reads parses."""
     db = tmp_path / "index.sqlite"
-    in_read, in_write = os.pipe()
-    out_read, out_write = os.pipe()
-    proc = _serve(corpus, db, in_read, out_write)
-    os.close(in_read)
-    os.close(out_write)
+    proc, in_write, out_read = _serve_over_pipes(corpus, db)
     try:
         os.write(in_write, _pipelined(40))  # tools/list answers of about 12 KB each
         assert wait_until(lambda: _unread(out_read) >= 60_000, 15)
@@ -328,9 +339,7 @@ def test_a_hang_up_while_an_answer_is_written_leaves_no_line_cut(corpus: Corpus,
             received += answers.read()
         assert proc.wait(15) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _reap(proc)
     lines = received.split(b"\n")
     assert lines[-1] == b"", f"the last line was cut after {len(lines[-1])} bytes"
     assert all(json.loads(line) for line in lines[:-1])
@@ -340,20 +349,14 @@ def test_a_client_that_closes_stdout_with_answers_pending_is_left_quietly(corpus
     """It stopped reading (stdout full), then closed its end and kept stdin open: the server exits
     0 with nothing in the agent's log, as `server.stop` promises."""
     db = tmp_path / "index.sqlite"
-    in_read, in_write = os.pipe()
-    out_read, out_write = os.pipe()
-    proc = _serve(corpus, db, in_read, out_write)
-    os.close(in_read)
-    os.close(out_write)
+    proc, in_write, out_read = _serve_over_pipes(corpus, db)
     try:
         os.write(in_write, _pipelined(40))
         assert wait_until(lambda: _unread(out_read) >= 60_000, 15)  # the answers have filled the pipe
         os.close(out_read)
         assert proc.wait(15) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _reap(proc)
         os.close(in_write)
     _quiet(db)
 
@@ -376,9 +379,7 @@ def test_a_socket_whose_peer_stopped_reading_drops_the_answers_quietly(corpus: C
         ours_in.close()
         assert proc.wait(15) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _reap(proc)
         ours_out.close()
     _quiet(db)
 
@@ -405,8 +406,6 @@ def test_a_stop_with_a_waits_progress_stuck_behind_a_full_stdout_still_exits(cor
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(3 * STOP_GRACE_SECONDS + 5) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _reap(proc)
         os.close(in_write)
         os.close(out_read)
