@@ -250,6 +250,7 @@ async def _serve_stdio(server: Server, service: Service | LazyService, waits: Wa
         incoming = AnsweringUnparsed(read_stream, write_stream)  # no client waits on a line the SDK refused
         outgoing = SilentAfterHangUp(write_stream, lambda: incoming.ended)
         await server.run(incoming, outgoing, server.create_initialization_options())
+        log.info("stopping: the client closed stdin")
         tasks.cancel_scope.cancel()
 
 

@@ -475,6 +475,8 @@ def _serve_stdio(
         # traceback into the agent's log, status 1).
         if service.error is None and not client_gone(exc):
             raise
+        if service.error is None:
+            log.info("stopped: the client closed stdout, so nobody reads the answers")
     finally:
         service.close()
     if service.error is not None:

@@ -32,6 +32,8 @@ from ccweb_index.server.process import STOP_SIGNALS, leaves
 if TYPE_CHECKING:
     from mcp.shared.message import SessionMessage
 
+log = logging.getLogger("ccweb_index")
+
 # How long, after SIGTERM, the last answers have to be written before the process exits anyway.
 STOP_GRACE_SECONDS = 0.8
 _POLL_SECONDS = 0.005
@@ -92,8 +94,9 @@ async def exit_on_sigterm(
     received = False
     try:
         with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
-            async for _ in signals:
+            async for signum in signals:
                 received = True
+                log.info("stopping: %s received; answering the calls in flight first", signal.Signals(signum).name)
                 break
             await _drain(write_stream, end_waits)
             _leave(close)
@@ -133,6 +136,7 @@ def exit_when_stdout_is_gone(stdout_fd: int, close: Callable[[], None]) -> Calla
             for fd in (stdout_fd, wake_read):
                 os.close(fd)
         if events.get(stdout_fd, select.POLLNVAL) & select.POLLNVAL == 0 and wake_read not in events:
+            log.info("stopping: the client closed stdout, so nobody reads the answers")
             _leave(close)
 
     def stop() -> None:
@@ -231,5 +235,5 @@ def exit_mid_pass() -> NoReturn:
     """Stop during the first indexing pass, at once and with status 0: it may take minutes on a
     large directory, and what it leaves unfinished costs nothing (SQLite rolls back the write in
     progress; the index is a cache, and the next start goes on from what was committed)."""
-    logging.getLogger("ccweb_index").info("stopped during the first indexing pass, which the next start goes on with")
+    log.info("stopped during the first indexing pass, which the next start goes on with")
     _leave(lambda: None)

@@ -453,3 +453,35 @@ def test_watch_and_the_http_server_stop_during_the_first_pass_at_once(
     hook = SLOW_FIRST_PASS.format(marker=str(marker))
     err = stopped_as_it_begins(tmp_path, corpus, list(command), hook, marker, within=10.0)
     assert "Traceback" not in err and "watching" not in err, err[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("end", "says"),
+    [
+        ("SIGTERM", "stopping: SIGTERM received"),
+        ("SIGINT", "stopping: SIGINT received"),
+        ("stdin closed", "stopping: the client closed stdin"),
+        ("stdout closed", "stopping: the client closed stdout"),
+    ],
+)
+def test_a_verbose_stdio_server_says_why_it_stopped(tmp_path: Path, corpus: Corpus, end: str, says: str) -> None:
+    """An agent's MCP log is where a user looks when the server went away: with -v it says which of
+    the ways a stdio session ends ended it (a real agent's run could not tell them apart)."""
+    corpus.write("w1", session("hello"))
+    srv = Server(tmp_path, corpus, ("-v",))
+    try:
+        srv.initialize()
+        srv.send("tools/list", {})
+        assert "tools" in srv.receive()["result"]
+        assert srv.proc.stdin is not None and srv.proc.stdout is not None
+        if end.startswith("SIG"):
+            os.kill(srv.proc.pid, signal.Signals[end])
+        elif end == "stdin closed":
+            srv.proc.stdin.close()
+        else:
+            srv.proc.stdout.close()
+        assert srv.exit_code_within(10) == 0, srv.log.read_text()
+    finally:
+        srv.kill()
+    log = srv.log.read_text()
+    assert says in log and "Traceback" not in log, log
