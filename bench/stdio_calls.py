@@ -343,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--round", type=int, default=50)
     ap.add_argument("--baseline", help="another ccweb-index command, measured side by side as `before`")
+    ap.add_argument("--baseline-db", help="the baseline's own index, when its schema is not this checkout's")
     ap.add_argument("--json", help="also write the whole result here")
     args = ap.parse_args(argv)
     summary = json.loads(Path(f"{os.path.normpath(args.corpus)}.summary.json").read_text())
@@ -355,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         result = anyio.run(
             lambda: measure(
                 args.corpus, args.db, cases, calls=args.calls, per_round=args.round, warmup=20, errlog=errlog,
-                work=Path(work), baseline=args.baseline,
+                work=Path(work), baseline=args.baseline, baseline_db=args.baseline_db,
             )
         )  # fmt: skip
     result["load_avg"] = {"start": load, "end": os.getloadavg()}
