@@ -241,7 +241,7 @@ async def measure(
         while done < calls:
             n = min(per_round, calls - done)
             # Each round begins one case further on, so that no case keeps its place in the rounds: in a
-            # fixed order, one install timed in two places differed at p50 by 5-20 µs, run after run, in
+            # fixed order, one install timed in two places differed at p50 by 3-22 µs, run after run, in
             # the same direction (docs/benchmarks.md, "eighth look").
             start = rounds % len(all_cases)
             for case in all_cases[start:] + all_cases[:start]:

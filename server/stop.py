@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from mcp.shared.message import SessionMessage
 
 log = logging.getLogger("ccweb_index")
+# Logged by whichever notices it first: the watch on stdout below, or a write that finds it closed.
+CLIENT_CLOSED_STDOUT = "the client closed stdout, so nobody reads the answers"
 
 # How long, after SIGTERM, the last answers have to be written before the process exits anyway.
 STOP_GRACE_SECONDS = 0.8
@@ -136,7 +138,7 @@ def exit_when_stdout_is_gone(stdout_fd: int, close: Callable[[], None]) -> Calla
             for fd in (stdout_fd, wake_read):
                 os.close(fd)
         if events.get(stdout_fd, select.POLLNVAL) & select.POLLNVAL == 0 and wake_read not in events:
-            log.info("stopping: the client closed stdout, so nobody reads the answers")
+            log.info("stopping: %s", CLIENT_CLOSED_STDOUT)
             _leave(close)
 
     def stop() -> None:
