@@ -19,7 +19,13 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 
 from ccweb_index.server.stdio_lines import stdio_transport
-from ccweb_index.server.stop import SilentAfterHangUp, calls_in_flight, exit_on_sigterm, exit_when_stdout_is_gone
+from ccweb_index.server.stop import (
+    SilentAfterHangUp,
+    calls_in_flight,
+    exit_on_sigterm,
+    exit_when_stdout_is_gone,
+    stopping,
+)
 from ccweb_index.server.tools import TOOLS, WAIT_FOR_CONVERSATIONS, answer_too_large
 from ccweb_index.server.unparsed import AnsweringUnparsed
 from ccweb_index.server.waits import WaitRoom
@@ -250,7 +256,7 @@ async def _serve_stdio(server: Server, service: Service | LazyService, waits: Wa
         incoming = AnsweringUnparsed(read_stream, write_stream)  # no client waits on a line the SDK refused
         outgoing = SilentAfterHangUp(write_stream, lambda: incoming.ended)
         await server.run(incoming, outgoing, server.create_initialization_options())
-        log.info("stopping: the client closed stdin")
+        stopping("the client closed stdin")
         tasks.cancel_scope.cancel()
 
 

@@ -434,7 +434,7 @@ def _serve_stdio(
 
     from ccweb_index.server.app import LazyService, serve_stdio
     from ccweb_index.server.process import STOP_SIGNALS
-    from ccweb_index.server.stop import CLIENT_CLOSED_STDOUT, client_gone
+    from ccweb_index.server.stop import CLIENT_CLOSED_STDOUT, client_gone, stopping
 
     _setup_logging(verbose, quiet=logging.WARNING)  # stderr is the MCP client's log
     _warn_of_a_bad_source(source_session)
@@ -476,7 +476,7 @@ def _serve_stdio(
         if service.error is None and not client_gone(exc):
             raise
         if service.error is None:
-            log.info("stopped: %s", CLIENT_CLOSED_STDOUT)
+            stopping(CLIENT_CLOSED_STDOUT)
     finally:
         service.close()
     if service.error is not None:

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from mcp.shared.message import SessionMessage
 
 log = logging.getLogger("ccweb_index")
-# Logged by whichever notices it first: the watch on stdout below, or a write that finds it closed.
 CLIENT_CLOSED_STDOUT = "the client closed stdout, so nobody reads the answers"
 
 # How long, after SIGTERM, the last answers have to be written before the process exits anyway.
@@ -41,6 +40,26 @@ STOP_GRACE_SECONDS = 0.8
 _POLL_SECONDS = 0.005
 # Polls in a row that must find nothing left to write (an answer between its call and its send).
 _QUIET_POLLS = 3
+
+
+class _StopReason:
+    """The first way the session was seen to end, logged once: a client's exit often comes as two
+    (Codex sends SIGTERM and closes stdin; a killed client closes stdin and stdout at once), and the
+    second says nothing the first did not."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._said = False
+
+    def __call__(self, reason: str) -> None:
+        with self._lock:
+            if self._said:
+                return
+            self._said = True
+        log.info("stopping: %s", reason)
+
+
+stopping = _StopReason()
 
 
 class CallsInFlight:
@@ -98,7 +117,7 @@ async def exit_on_sigterm(
         with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async for signum in signals:
                 received = True
-                log.info("stopping: %s received; answering the calls in flight first", signal.Signals(signum).name)
+                stopping(f"{signal.Signals(signum).name} received; answering the calls in flight first")
                 break
             await _drain(write_stream, end_waits)
             _leave(close)
@@ -138,7 +157,7 @@ def exit_when_stdout_is_gone(stdout_fd: int, close: Callable[[], None]) -> Calla
             for fd in (stdout_fd, wake_read):
                 os.close(fd)
         if events.get(stdout_fd, select.POLLNVAL) & select.POLLNVAL == 0 and wake_read not in events:
-            log.info("stopping: %s", CLIENT_CLOSED_STDOUT)
+            stopping(CLIENT_CLOSED_STDOUT)
             _leave(close)
 
     def stop() -> None:
