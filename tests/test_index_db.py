@@ -14,13 +14,15 @@ from sqlite_utils import Database
 
 from ccweb_index.indexer.db import IndexMismatch, connect, default_db_path, open_index
 from ccweb_index.migrations import migrations
+from ccweb_index.server import queries
 from ccweb_index.server.service import Service
+from ccweb_index.server.tools import ConversationsRequest
 
 from conftest import Corpus, cli, session
 
 ALL_MIGRATIONS = [
     "m001_sessions", "m002_user_inputs", "m003_meta", "m004_input_heads", "m005_checkpoints", "m006_changes",
-    "m007_tree_links", "m008_checkpoint_regions",
+    "m007_tree_links", "m008_checkpoint_regions", "m009_covering_list_indexes",
 ]
 
 
@@ -55,6 +57,25 @@ def test_an_older_index_is_upgraded_in_place(corpus: Corpus, db_path: Path) -> N
     result = svc.call("ccweb_list_conversations", {}, None)
     assert [r["conversationId"] for r in result.payload["conversations"]] == ["a"]
     svc.close()
+
+
+@pytest.mark.parametrize("scope", ["all", "children"])
+@pytest.mark.parametrize("terms", [{}, {"agent_key": "codex"}, {"status_key": "idle"}, {"after": (2**40, "b")}])
+def test_a_list_page_is_read_from_its_index_alone(corpus: Corpus, db_path: Path, scope: str, terms: dict) -> None:
+    """m009: whatever the filters, a page of either list order never looks a row up in the table
+    (the whole saving of its covering indexes; a column added to the rows and not to them ends it)."""
+    corpus.write("a", session("hi", updated="2026-11-29T08:00:00Z"))
+    conn = open_index(db_path, str(corpus.path))
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)  # the statement with its parameters in place
+    source = "src" if scope == "children" else None
+    request = ConversationsRequest(**{"scope": scope, "source": source, "limit": 20, "agent_key": None, "status_key": None, **terms})
+    queries.conversations(conn, request, limit=21)
+    conn.set_trace_callback(None)
+    [statement] = statements
+    plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}")]
+    conn.close()
+    assert plan and all("USING COVERING INDEX" in step for step in plan), plan
 
 
 def test_an_index_without_tree_links_gains_them_from_its_rows(corpus: Corpus, db_path: Path) -> None:
