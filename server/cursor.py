@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import json
@@ -32,17 +33,22 @@ class BadCursor(ValueError):
     """The cursor is not one this query made."""
 
 
-def _key(query: Sequence[Any]) -> bytes:
-    text = json.dumps([CURSOR_FORMAT, *query], separators=(",", ":"), ensure_ascii=True)
-    return hashlib.blake2b(text.encode(), digest_size=32).digest()
+# Compact JSON, built once: `json.dumps` with these arguments makes a new encoder at every call.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
 
 
-def _tag(query: Sequence[Any], payload: bytes) -> bytes:
+@functools.lru_cache(maxsize=256)
+def _key(query: tuple[Any, ...]) -> bytes:
+    # Kept per query: an agent pages through, and polls, the same few queries.
+    return hashlib.blake2b(_COMPACT.encode([CURSOR_FORMAT, *query]).encode(), digest_size=32).digest()
+
+
+def _tag(query: tuple[Any, ...], payload: bytes) -> bytes:
     return hashlib.blake2b(payload, key=_key(query), digest_size=_TAG_BYTES).digest()
 
 
-def encode(query: Sequence[Any], position: Sequence[Any]) -> str:
-    payload = json.dumps(list(position), separators=(",", ":"), ensure_ascii=True).encode()
+def encode(query: tuple[Any, ...], position: Sequence[Any]) -> str:
+    payload = _COMPACT.encode(list(position)).encode()
     return base64.urlsafe_b64encode(payload + _tag(query, payload)).rstrip(b"=").decode()
 
 
@@ -59,7 +65,7 @@ def unpadded_b64(text: str) -> bytes | None:
     return raw if base64.urlsafe_b64encode(raw).rstrip(b"=").decode() == text else None
 
 
-def decode(query: Sequence[Any], cursor: str) -> list[Any]:
+def decode(query: tuple[Any, ...], cursor: str) -> list[Any]:
     """The position `encode(query, position)` was given. Raises BadCursor for anything else."""
     raw = unpadded_b64(cursor) if 0 < len(cursor) <= MAX_CURSOR_CHARS else None
     if raw is None or len(raw) <= _TAG_BYTES:

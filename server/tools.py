@@ -7,6 +7,7 @@ answers (`server.from_index`, `server.from_files`) are shaped here from what the
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import math
 from dataclasses import dataclass
@@ -215,8 +216,7 @@ class ConversationsRequest:
 
     @property
     def query(self) -> tuple[object, ...]:
-        ids = None if self.ids is None else list(self.ids)
-        return (LIST_CONVERSATIONS, self.scope, self.source, self.agent_key, self.status_key, ids)
+        return (LIST_CONVERSATIONS, self.scope, self.source, self.agent_key, self.status_key, self.ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +364,7 @@ def _token_check(body: bytes) -> bytes:
     return hashlib.sha256(b"ccweb-index change token\0" + body).digest()[:_TOKEN_CHECK_BYTES]
 
 
+@functools.lru_cache(maxsize=64)  # the same few positions, from call to call, while nothing changes
 def encode_change_token(position: ChangePosition) -> str:
     body = bytes.fromhex(position.index_id) + position.seq.to_bytes(8, "big")
     return base64.urlsafe_b64encode(body + _token_check(body)).decode("ascii").rstrip("=")
