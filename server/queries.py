@@ -169,8 +169,8 @@ def newest_inputs(conn: sqlite3.Connection, session_id: str, limit: int, start: 
         "SELECT seq, message_id, created_at_ms, content, original_chars FROM user_inputs "
         "WHERE session_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?",
         (session_id, _NEWEST if start is None else start, limit),
-    ).fetchall()
-    return [StoredInput(*row) for row in rows]
+    )
+    return list(map(StoredInput._make, rows))
 
 
 def counts(conn: sqlite3.Connection) -> dict[str, object]:

@@ -393,8 +393,10 @@ def decode_change_token(value: object) -> ChangePosition | None:
 # --- answers ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class StoredInput:
+class StoredInput(NamedTuple):
+    """An input as the index (or the files) gives it. A tuple: a frozen dataclass's __init__ costs
+    a call of object.__setattr__ per field, for each of a page's rows, at every call."""
+
     seq: int  # its place among the conversation's inputs, oldest 0
     message_id: str | None
     created_at_ms: int | None
