@@ -214,9 +214,9 @@ def m009_covering_list_indexes(db: Database) -> None:
     # A list page read from its index alone: every column of a listed row (indexer.row.SessionRow)
     # and `good` (without it SQLite looks the row up in the table to test it, though the index holds
     # only good rows) ride along in both list orders, so the page's rows are one range of one
-    # B-tree, not a search of the table per row. About a fifth of a list call's rows query, for
-    # some 150 bytes a session in each index (docs/benchmarks.md, "ninth look"). Spelled out: a
-    # later column comes with a migration of its own (tests/test_queries.py checks they cover).
+    # B-tree, not a search of the table per row (what it saves and costs: docs/benchmarks.md, "ninth
+    # look"). Spelled out: a later column comes with a migration of its own, and
+    # tests/test_index_db.py checks that every list query reads an index alone.
     db.execute("DROP INDEX sessions_by_updated")
     db.execute(
         "CREATE INDEX sessions_by_updated ON sessions (updated_at_ms DESC, id, title, agent, agent_key, status, "
