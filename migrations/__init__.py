@@ -216,7 +216,7 @@ def m009_covering_list_indexes(db: Database) -> None:
     # only good rows) ride along in both list orders, so the page's rows are one range of one
     # B-tree, not a search of the table per row (what it saves and costs: docs/benchmarks.md, "ninth
     # look"). Spelled out: a later column comes with a migration of its own, and
-    # tests/test_index_db.py checks that every list query reads an index alone.
+    # tests/test_index_db.py checks that the pages of scopes all and children read an index alone.
     db.execute("DROP INDEX sessions_by_updated")
     db.execute(
         "CREATE INDEX sessions_by_updated ON sessions (updated_at_ms DESC, id, title, agent, agent_key, status, "

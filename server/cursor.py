@@ -37,10 +37,29 @@ class BadCursor(ValueError):
 _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
 
 
-@functools.lru_cache(maxsize=256)
+# Queries of at most this many characters in all have their key kept: an agent pages through, and
+# polls, the same few queries. A longer one is keyed afresh at each call, so the cache holds no
+# caller's megabytes (the agent and status filters have no length limit; found by an independent attack).
+KEPT_QUERY_CHARS = 4096
+
+
 def _key(query: tuple[Any, ...]) -> bytes:
-    # Kept per query: an agent pages through, and polls, the same few queries.
+    return _kept_key(query) if _chars(query) <= KEPT_QUERY_CHARS else _make_key(query)
+
+
+@functools.lru_cache(maxsize=256)
+def _kept_key(query: tuple[Any, ...]) -> bytes:
+    return _make_key(query)
+
+
+def _make_key(query: tuple[Any, ...]) -> bytes:
     return hashlib.blake2b(_COMPACT.encode([CURSOR_FORMAT, *query]).encode(), digest_size=32).digest()
+
+
+def _chars(value: object) -> int:
+    if isinstance(value, str):
+        return len(value)
+    return sum(map(_chars, value)) if isinstance(value, tuple) else 0
 
 
 def _tag(query: tuple[Any, ...], payload: bytes) -> bytes:

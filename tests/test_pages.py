@@ -191,6 +191,29 @@ def test_forged_cursors_beyond_sqlites_integers_are_refused(client: StdioClient,
     assert not is_error and payload["conversations"], payload
 
 
+def test_queries_of_a_callers_megabytes_are_not_kept(small_tree: Corpus, tmp_path: Path) -> None:
+    """The cursor's key is kept per query (server/cursor.py), but the agent and status filters have no
+    length limit: a caller sending a cursor with a new long filter at each call made the server hold
+    all of them (740 MB after 300 calls over HTTP; found by an independent attack)."""
+    import tracemalloc
+
+    svc = Service(small_tree.path, tmp_path / "index.sqlite")
+    svc.start()
+    well_formed = "A" * 40  # decoded and tagged before it is refused: the query's key is made
+    try:
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(40):
+            agent = f"{n}" + "x" * 200_000
+            result = svc.call(CONVERSATIONS, {"agent": agent, "status": agent, "cursor": well_formed}, SOURCE)
+            assert result.is_error and result.payload["error"]["code"] == "invalid_cursor", result.payload
+        held = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+    finally:
+        svc.close()
+    assert held < 2_000_000, f"{held:,} bytes held after 40 calls with 400 KB of filters each"
+
+
 def test_a_cursor_survives_an_index_rebuild(small_tree: Corpus, tmp_path: Path) -> None:
     db = tmp_path / "index.sqlite"
     queries: list[tuple[str, dict[str, Any]]] = [
