@@ -18,7 +18,7 @@ hundred milliseconds, and two things cannot wait that long:
   the hard limit is too low, running out of descriptors ends the command in one line.
 
 What it imports before its handlers are in place is the standard library's `os`, `signal`,
-`resource` and `sys`, through one module of ours (server.process) that imports nothing else.
+`resource` and `sys`, through one module of ours (`ccweb_index.process`) that imports nothing else.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import signal
 import sys
 from typing import Any, NoReturn
 
-from ccweb_index.server.process import OUT_OF_DESCRIPTORS, STOP_SIGNALS, leaves, out_of_descriptors, raise_nofile
+from ccweb_index.process import OUT_OF_DESCRIPTORS, STOP_SIGNALS, leaves, out_of_descriptors, raise_nofile
 
 # The commands that run until a signal ends them.
 _ENDED_BY_SIGNAL = ("serve", "watch")

@@ -40,7 +40,7 @@ from ccweb_index.indexer.errors import (
     translate,
 )
 from ccweb_index.indexer.faultlog import FaultLog
-from ccweb_index.server.process import OUT_OF_DESCRIPTORS, out_of_descriptors
+from ccweb_index.process import OUT_OF_DESCRIPTORS, out_of_descriptors
 
 log = logging.getLogger("ccweb_index")
 

@@ -59,6 +59,7 @@ from ccweb_index.indexer.sessionfile import (
     resume_session,
 )
 from ccweb_index.indexer.stored import stored_head_utf8
+from ccweb_index.process import why_not
 
 log = logging.getLogger("ccweb_index")
 
@@ -301,7 +302,12 @@ def _not_read(sessions_dir: str, session_id: str, exc: TooLarge | OSError | Memo
 
 
 def _not_now(session_id: str, exc: BaseException) -> Loaded:
-    reason = "out of memory" if isinstance(exc, MemoryError) else (getattr(exc, "strerror", None) or str(exc))
+    if isinstance(exc, MemoryError):
+        reason = "out of memory"
+    elif isinstance(exc, OSError):
+        reason = why_not(exc)
+    else:
+        reason = str(exc)
     return Loaded(session_id, Signature(0, 0, 0, 0), 0, f"cannot read it now: {reason}", 0, transient=True)
 
 

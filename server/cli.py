@@ -379,7 +379,7 @@ def serve(
     limits: dict[str, Any],
 ) -> None:
     """Serve the MCP tools over stdio (default) or as one shared Streamable HTTP server."""
-    from ccweb_index.server.process import STOP_SIGNALS
+    from ccweb_index.process import STOP_SIGNALS
 
     # Until each transport takes SIGTERM and SIGINT itself, nothing has been served: leave at once,
     # with status 0 (the SDK's import alone takes most of a second; the default actions are 143 and
@@ -432,8 +432,8 @@ def _serve_stdio(
 ) -> None:
     import anyio
 
+    from ccweb_index.process import STOP_SIGNALS
     from ccweb_index.server.app import LazyService, serve_stdio
-    from ccweb_index.server.process import STOP_SIGNALS
     from ccweb_index.server.stop import CLIENT_CLOSED_STDOUT, client_gone, stopping
 
     _setup_logging(verbose, quiet=logging.WARNING)  # stderr is the MCP client's log

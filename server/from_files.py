@@ -76,7 +76,7 @@ class FileAnswers:
             self.unreadable.note(loaded)
             good = self._last_good_inputs(conversation_id, request.limit + 1, start) if use_index else None
             if good is None:
-                raise unreadable(conversation_id, loaded.error)
+                raise unreadable(conversation_id, loaded.error, for_now=loaded.transient)
             newest = good
         return user_inputs_answer(request, newest)
 

@@ -78,7 +78,7 @@ class IndexAnswers:
                     raise not_found(conversation_id)
                 good, error = state or (False, None)
                 if not good:  # a file that exists but cannot be read now is not "not found"
-                    raise unreadable(conversation_id, not_now or error or "unknown reason")
+                    raise unreadable(conversation_id, not_now or error or "unknown reason", for_now=not_now is not None)
                 start = None if request.start is None else request.start.seq
                 newest = queries.newest_inputs(conn, conversation_id, request.limit + 1, start)
         return user_inputs_answer(request, newest)

@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ccweb_index.process import raise_nofile
 from ccweb_index.server.health import State, health, metrics_text
 from ccweb_index.server.limits import (
     ACCEPT_BACKLOG,
@@ -61,7 +62,6 @@ from ccweb_index.server.limits import (
     fit_to_descriptors,
     protocol_class,
 )
-from ccweb_index.server.process import raise_nofile
 from ccweb_index.server.tools import DEFAULT_MAX_WAITS
 
 log = logging.getLogger("ccweb_index")

@@ -29,6 +29,7 @@ from ccweb_index.indexer.progress import LoggedProgress
 from ccweb_index.indexer.refresh import Indexer
 from ccweb_index.indexer.stored import STORED_CHARS_KEY
 from ccweb_index.indexer.watch import Watcher
+from ccweb_index.process import why_not
 from ccweb_index.server import queries
 from ccweb_index.server.changes import ChangeHub
 from ccweb_index.server.from_files import FileAnswers
@@ -245,6 +246,6 @@ class Service:
         except OSError as exc:  # the directory itself cannot be read (a file's failure is per file)
             raise ToolError(
                 "sessions_directory_unreadable",
-                f"The sessions directory cannot be read ({exc.strerror or exc}); nothing can be answered until "
+                f"The sessions directory cannot be read ({why_not(exc)}); nothing can be answered until "
                 "it can. Try again later.",
             ) from None

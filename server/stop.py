@@ -27,7 +27,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ccweb_index.server.process import STOP_SIGNALS, leaves
+from ccweb_index.process import STOP_SIGNALS, leaves
 
 if TYPE_CHECKING:
     from mcp.shared.message import SessionMessage

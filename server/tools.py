@@ -107,11 +107,18 @@ def not_found(conversation_id: str) -> ToolError:
     )
 
 
-def unreadable(conversation_id: str, reason: str) -> ToolError:
+def unreadable(conversation_id: str, reason: str, *, for_now: bool = False) -> ToolError:
+    """`for_now`: the failure is this server's environment (out of descriptors or memory, an I/O
+    error), not the file's state, so waiting for cc-web is not the advice."""
+    then = (
+        "The file is not at fault: this server could not read it just now. Try again in a moment."
+        if for_now
+        else "Try again once cc-web has finished writing it."
+    )
     return ToolError(
         "conversation_unreadable",
         f"The session file of conversation {conversation_id!r} cannot be read ({reason}) and no earlier "
-        "readable version is indexed. Try again once cc-web has finished writing it.",
+        f"readable version is indexed. {then}",
     )
 
 

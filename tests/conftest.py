@@ -319,6 +319,28 @@ def hold_the_reader(watcher: Any, session_id: str) -> tuple[threading.Event, thr
     return handling, release
 
 
+@contextmanager
+def index_held_elsewhere(svc: Any) -> Iterator[None]:
+    """Another thread of the service's process holds its index (e.g. a long initial build) until the
+    block ends: a call that waits for it longer than `from_index.LOCK_WAIT_SECONDS` answers from the
+    files."""
+    inside, release = threading.Event(), threading.Event()
+
+    def hold_the_index() -> None:
+        with svc.handle.lock:
+            inside.set()
+            assert release.wait(30)
+
+    holder = threading.Thread(target=hold_the_index)
+    holder.start()
+    try:
+        assert inside.wait(30)
+        yield
+    finally:
+        release.set()
+        holder.join(30)
+
+
 def client_launch(*args: str) -> list[str]:
     """The command line a client process (the TypeScript SDK, the Inspector, a Python SDK client
     process) is given to start `ccweb-index *args`: forked by this worker's zygote too, through a

@@ -36,7 +36,17 @@ from ccweb_index.migrations import migrations
 from ccweb_index.server.service import Service
 
 import reference
-from conftest import CCWEB_INDEX, Corpus, StdioClient, cli, server_pid, session, stdio_client_for, wait_until
+from conftest import (
+    CCWEB_INDEX,
+    Corpus,
+    StdioClient,
+    cli,
+    index_held_elsewhere,
+    server_pid,
+    session,
+    stdio_client_for,
+    wait_until,
+)
 from faults import PipeLog, assert_consistent, clean_env, index_content, rlimit_prefix
 from test_contract import same_answer
 
@@ -331,23 +341,10 @@ def test_a_call_kept_from_the_index_by_its_own_process_answers_from_the_files(
     svc = Service(corpus.path, tmp_path / "index.sqlite")
     svc.start()
     try:
-        inside, release = threading.Event(), threading.Event()
-
-        def hold_the_index() -> None:
-            with svc.handle.lock:
-                inside.set()
-                assert release.wait(30)
-
-        holder = threading.Thread(target=hold_the_index)
-        holder.start()
-        try:
-            assert inside.wait(30)
+        with index_held_elsewhere(svc):
             change(corpus, 0)
             caplog.set_level(logging.DEBUG, logger="ccweb_index")
             check(svc, corpus)
-        finally:
-            release.set()
-            holder.join(30)
         assert svc.handle.is_open, "the index was given up for a lock held by the process itself"
         change(corpus, 1)
         result = svc.call(CONVERSATIONS, {}, SOURCE)

@@ -32,7 +32,7 @@ def test_the_entry_imports_only_the_standard_library() -> None:
     modules = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout)
     ours = {name for name in modules if name.split(".")[0] == "ccweb_index"}
     others = {name for name in modules if name.split(".")[0] not in sys.stdlib_module_names} - ours
-    assert ours == {"ccweb_index", "ccweb_index.__main__", "ccweb_index.server", "ccweb_index.server.process"}
+    assert ours == {"ccweb_index", "ccweb_index.__main__", "ccweb_index.process"}
     assert not others, others
     # What the limits' and the stop's modules brought in before the handlers (an independent review:
     # 33 ms more, and a SIGINT 38 ms after the start still met a traceback in `import logging`).
@@ -82,11 +82,18 @@ def test_a_directory_unreadable_for_want_of_descriptors_says_so(
     service = Service(corpus.path, db_path, watch=False)
     try:
         service.start()
+        answer = service.call("ccweb_list_conversations", {}, None)
     finally:
         service.close()
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    short = (
+        f"out of file descriptors (the open-files limit is {limit}): raise it, e.g. "
+        f"`ulimit -n {max(1024, 2 * limit)}` in the shell or LimitNOFILE= in systemd"
+    )
     said = [r.getMessage() for r in caplog.records if str(corpus.path) in r.getMessage()]
-    assert said == [
-        f"the sessions directory {corpus.path} cannot be read now: out of file descriptors (the open-files limit "
-        f"is {limit}): raise it, e.g. `ulimit -n {max(1024, 2 * limit)}` in the shell or LimitNOFILE= in systemd"
-    ], caplog.text
+    assert said == [f"the sessions directory {corpus.path} cannot be read now: {short}"], caplog.text
+    # The caller is told the same, not "(Too many open files)" as if the directory were at fault.
+    assert answer.is_error and answer.payload["error"] == {
+        "code": "sessions_directory_unreadable",
+        "message": f"The sessions directory cannot be read ({short}); nothing can be answered until it can. Try again later.",
+    }, answer.payload

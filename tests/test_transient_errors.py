@@ -26,7 +26,7 @@ import pytest
 from ccweb_index.indexer import files
 from ccweb_index.server.service import Service
 
-from conftest import Corpus, server_pid, session, stdio_client_for, wait_until
+from conftest import Corpus, index_held_elsewhere, server_pid, session, stdio_client_for, wait_until
 
 SOURCE = "orch"
 
@@ -110,6 +110,10 @@ def test_a_shortage_during_a_write_is_not_recorded(
             assert children(svc) == [("worker-ui", "waiting")]
             result = svc.call("ccweb_list_user_inputs", {"conversationId": "worker-api"}, None)
             assert result.is_error and result.payload["error"]["code"] == "conversation_unreadable", result.payload
+            said_to_caller = result.payload["error"]["message"]
+            # The server's shortage, with its limit: not advice to wait for cc-web's write.
+            assert "out of file descriptors (the open-files limit is " in said_to_caller, said_to_caller
+            assert "cc-web has finished writing" not in said_to_caller, said_to_caller
         assert shortage.failed > 0, "control: the shortage was met"
         time.sleep(0.1)  # every signature seen is settled now
         if watch:
@@ -122,6 +126,34 @@ def test_a_shortage_during_a_write_is_not_recorded(
         assert [item["content"] for item in result.payload["inputs"]] == ["build the ui", "ship it"]
     finally:
         svc.close()
+
+
+def test_a_shortage_met_while_answering_from_the_files_is_the_servers(
+    corpus: Corpus, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same word when the index is held elsewhere and the call reads the file itself: the
+    shortage and its limit, not "wait for cc-web"."""
+    from ccweb_index.server import from_index
+
+    monkeypatch.setattr(from_index, "LOCK_WAIT_SECONDS", 0.2)
+    corpus.write("worker-ui", worker("waiting"))
+    shortage = Shortage(monkeypatch, corpus.path)
+    svc = Service(corpus.path, db_path, watch=False)
+    svc.start()
+    from_the_files: list[Any] = []
+    answer_from_files = svc._from_files.inputs
+    monkeypatch.setattr(svc._from_files, "inputs", lambda *a: from_the_files.append(a) or answer_from_files(*a))
+    try:
+        corpus.write("worker-api", worker("running", "build the api"))
+        with index_held_elsewhere(svc), shortage.during():
+            result = svc.call("ccweb_list_user_inputs", {"conversationId": "worker-api"}, None)
+    finally:
+        svc.close()
+    assert shortage.failed > 0 and from_the_files, "control: the shortage was met, by the files' answer"
+    assert result.is_error and result.payload["error"]["code"] == "conversation_unreadable", result.payload
+    message = result.payload["error"]["message"]
+    assert "out of file descriptors (the open-files limit is " in message, message
+    assert "cc-web has finished writing" not in message, message
 
 
 def test_a_shortage_is_not_stored_even_when_no_call_comes_in_between(
@@ -161,7 +193,9 @@ def test_a_shortage_is_logged_once_not_as_an_unreadable_file(
         svc.close()
     text = caplog.text
     assert "is unreadable" not in text, text
-    assert text.count("cannot be read now (cannot read it now: Too many open files)") == 1, text
+    assert (
+        text.count("cannot be read now (cannot read it now: out of file descriptors (the open-files limit is ") == 1
+    ), text
     assert text.count("session files can be read again") == 1, text
     conn = sqlite3.connect(db_path)
     assert conn.execute("SELECT COUNT(*) FROM sessions WHERE error IS NOT NULL").fetchone() == (0,)

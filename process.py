@@ -1,5 +1,6 @@
 """What a process of ours takes before the modules of its command are imported: the signals that
-stop it, and as many open files as it is allowed. The console script's entry (`__main__`) imports
+stop it, as many open files as it is allowed, and what to say when they run out (the indexer's
+words for a file it cannot read now use it too). The console script's entry (`__main__`) imports
 this module first, so it imports nothing at its top but the standard library's `errno`, `signal`
 and `resource`: every module imported before the entry's handlers are in place widens the window in
 which a stop signal meets Python's default (a traceback, or death by SIGTERM)."""
@@ -46,6 +47,14 @@ def out_of_descriptors(number: int | None = errno.EMFILE) -> str:
         f"out of file descriptors (the open-files limit is {soft}): raise it, "
         f"e.g. `ulimit -n {max(1024, 2 * soft)}` in the shell or LimitNOFILE= in systemd"
     )
+
+
+def why_not(exc: OSError) -> str:
+    """Why `exc` happened, in words: for a shortage of descriptors the limit and how to raise it,
+    which the error's own "Too many open files" does not say."""
+    if exc.errno in OUT_OF_DESCRIPTORS:
+        return out_of_descriptors(exc.errno)
+    return exc.strerror or str(exc)
 
 
 def leaves(exc: BaseException) -> Iterator[BaseException]:
