@@ -236,6 +236,10 @@ def test_prlimit_during_a_write_through_the_stdio_server(tmp_path: Path, watch: 
             corpus.write("worker-api", worker("running"))
             time.sleep(0.5)
             client.call("ccweb_list_conversations", {"scope": "children"})  # an error or old answers
+            # The new worker cannot be opened: the caller is told the server's limit, over the wire.
+            payload, is_error = client.call("ccweb_list_user_inputs", {"conversationId": "worker-api"})
+            assert is_error and payload["error"]["code"] == "conversation_unreadable", payload
+            assert f"out of file descriptors (the open-files limit is {limit})" in payload["error"]["message"], payload
         finally:
             set_nofile(pid, 4096)
         # Past the racy window and the back-off the failures started, so the index must answer.
